@@ -1,0 +1,103 @@
+// Problems: what a scan reads and writes, for the engines to drive.
+//
+// An engine scans `Monoid` over the values a problem loads, in the order and segments given by a
+// ScanGeometry, and hands each result back to the problem. A problem provides
+//   using Monoid;                       the operator (its value type is the scanned value)
+//   struct Cursor; cursor(row)          per-row base offsets, computed once per row
+//   load(cursor, pos) / store(cursor, pos, value)   one element at a physical position
+//   at_head(value, row, segment)        the value of a segment's first element (initial states)
+//   exclusive_head(row, segment)        the exclusive output at a segment's first element
+//   store_final(row, segment, value)    the inclusive value at a segment's last element,
+//                                       called only when `has_final` is set
+// ProblemBase gives the defaults. Torch-free.
+#pragma once
+
+#include "monoids.h"
+#include "scan_geometry.h"
+
+namespace parprims {
+
+template <class M>
+struct ProblemBase {
+  using Monoid = M;
+  using Value = typename M::value_type;
+  bool has_final = false;
+  PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
+  PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
+  PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}
+};
+
+struct TwoCursor {
+  int64_t in;
+  int64_t out;
+};
+
+// Reads `In`, scans in `M::value_type` (float for half inputs), writes `Out`.
+template <class M, class In, class Out>
+struct ScanProblem : ProblemBase<M> {
+  using Value = typename M::value_type;
+  using Cursor = TwoCursor;
+  const In* in = nullptr;
+  Out* out = nullptr;
+  RowIndexer in_rows, out_rows;
+
+  PP_HD Cursor cursor(int64_t row) const { return {in_rows.row_offset(row), out_rows.row_offset(row)}; }
+  PP_HD Value load(const Cursor& c, int64_t pos) const {
+    return static_cast<Value>(in[c.in + pos * in_rows.stride_len]);
+  }
+  PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
+    out[c.out + pos * out_rows.stride_len] = static_cast<Out>(v);
+  }
+};
+
+// max/min scans that also report, for every output, the position along the scanned dimension
+// of the element it came from (-1 for the identity of an exclusive scan).
+template <class M, class In>
+struct ArgScanProblem : ProblemBase<M> {
+  using Value = typename M::value_type;
+  using Scalar = decltype(Value{}.value);
+  struct Cursor {
+    int64_t in, out, index;
+  };
+  const In* in = nullptr;
+  In* out = nullptr;
+  int64_t* index = nullptr;
+  RowIndexer in_rows, out_rows, index_rows;
+
+  PP_HD Cursor cursor(int64_t row) const {
+    return {in_rows.row_offset(row), out_rows.row_offset(row), index_rows.row_offset(row)};
+  }
+  PP_HD Value load(const Cursor& c, int64_t pos) const {
+    return {static_cast<Scalar>(in[c.in + pos * in_rows.stride_len]), pos};
+  }
+  PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
+    out[c.out + pos * out_rows.stride_len] = static_cast<In>(v.value);
+    index[c.index + pos * index_rows.stride_len] = v.index;
+  }
+};
+
+// The bicyclic monoid over int64 pairs (p, q): the exact non-commutative test operator.
+struct BicyclicProblem : ProblemBase<Bicyclic> {
+  struct Cursor {
+    int64_t p_in, q_in, p_out, q_out;
+  };
+  const int64_t* p_in = nullptr;
+  const int64_t* q_in = nullptr;
+  int64_t* p_out = nullptr;
+  int64_t* q_out = nullptr;
+  RowIndexer p_in_rows, q_in_rows, p_out_rows, q_out_rows;
+
+  PP_HD Cursor cursor(int64_t row) const {
+    return {p_in_rows.row_offset(row), q_in_rows.row_offset(row), p_out_rows.row_offset(row),
+            q_out_rows.row_offset(row)};
+  }
+  PP_HD Value load(const Cursor& c, int64_t pos) const {
+    return {p_in[c.p_in + pos * p_in_rows.stride_len], q_in[c.q_in + pos * q_in_rows.stride_len]};
+  }
+  PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
+    p_out[c.p_out + pos * p_out_rows.stride_len] = v.p;
+    q_out[c.q_out + pos * q_out_rows.stride_len] = v.q;
+  }
+};
+
+}  // namespace parprims

@@ -1,0 +1,89 @@
+// The CPU scan engine.
+//
+// Every row is scanned with the segmented lift of the problem's monoid, so rows, packed
+// sequences, exclusive and reverse scans share one loop. Many rows: rows in parallel, each
+// sequential. Few long rows: the three-phase chunked scan (reduce each chunk, scan the chunk
+// totals, rescan each chunk from its carry-in) over at::parallel_for.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../core/scan_problems.h"
+
+namespace parprims::cpu {
+
+// Chunk size of the three-phase scan, and the row length below which a row is never split.
+constexpr int64_t kChunk = 1 << 15;
+
+template <class P>
+struct RowScanner {
+  using M = typename P::Monoid;
+  using Seg = Segmented<M>;
+  using Lifted = typename Seg::value_type;
+
+  const P& problem;
+  const ScanGeometry& g;
+
+  // Scans logical positions [begin, end) of `row` starting from `carry`; writes the outputs
+  // when `write` is set, and returns the lifted aggregate (carry included).
+  Lifted run(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
+    if (begin >= end) return carry;
+    const auto cursor = problem.cursor(row);
+    SegmentWalker walker;
+    walker.seek(g, begin);
+    for (int64_t pos = begin; pos < end; ++pos) {
+      const bool head = pos == begin ? walker.starts_segment(g, pos) : walker.enter(g, pos);
+      const int64_t ppos = g.physical_pos(pos);
+      const int64_t pseg = g.physical_segment(walker.segment);
+      auto value = problem.load(cursor, ppos);
+      if (head) value = problem.at_head(value, row, pseg);
+      if (write && g.exclusive) {
+        problem.store(cursor, ppos, head ? problem.exclusive_head(row, pseg) : carry.value);
+      }
+      carry = Seg::combine(carry, Lifted{value, head});
+      if (write && !g.exclusive) problem.store(cursor, ppos, carry.value);
+      if (write && problem.has_final && walker.is_last(pos)) {
+        problem.store_final(row, pseg, carry.value);
+      }
+    }
+    return carry;
+  }
+
+  void whole_row(int64_t row) const { run(row, 0, g.len, Seg::identity(), true); }
+
+  void chunked_row(int64_t row) const {
+    const int64_t chunks = (g.len + kChunk - 1) / kChunk;
+    std::vector<Lifted> carries(chunks + 1, Seg::identity());
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        carries[c + 1] = run(row, c * kChunk, std::min(g.len, (c + 1) * kChunk), Seg::identity(), false);
+      }
+    });
+    for (int64_t c = 1; c <= chunks; ++c) carries[c] = Seg::combine(carries[c - 1], carries[c]);
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        run(row, c * kChunk, std::min(g.len, (c + 1) * kChunk), carries[c], true);
+      }
+    });
+  }
+};
+
+template <class P>
+void scan(const P& problem, const ScanGeometry& g) {
+  if (g.rows == 0 || g.len == 0) return;
+  const RowScanner<P> scanner{problem, g};
+  const int64_t threads = at::get_num_threads();
+  if (g.len > 2 * kChunk && g.rows < threads) {
+    for (int64_t row = 0; row < g.rows; ++row) scanner.chunked_row(row);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kChunk / g.len);
+  at::parallel_for(0, g.rows, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) scanner.whole_row(row);
+  });
+}
+
+}  // namespace parprims::cpu

@@ -1,0 +1,81 @@
+// Typed dispatch of the affine recurrences onto an engine (CPU or CUDA).
+#pragma once
+
+#include "../core/affine_problems.h"
+#include "affine_ops.h"
+#include "scan_dispatch.h"
+
+namespace parprims::host {
+
+template <class In, class Engine>
+void run_affine(const AffineArgs& args, const ScanGeometry& g, Engine& engine) {
+  using C = compute_t<In>;
+  AffineProblem<In, C> p;
+  p.a = static_cast<const In*>(args.a.const_data_ptr());
+  p.b = static_cast<const In*>(args.b.const_data_ptr());
+  p.h = static_cast<In*>(args.h.data_ptr());
+  p.initial = args.initial.defined() ? static_cast<const C*>(args.initial.const_data_ptr()) : nullptr;
+  p.final_state = static_cast<C*>(args.final_state.data_ptr());
+  p.has_final = true;
+  p.rows = args.rows;
+  p.log_gates = args.log_gates;
+  const auto idx = row_indexers({args.a, args.b, args.h}, args.dim);
+  p.a_rows = idx[0];
+  p.b_rows = idx[1];
+  p.h_rows = idx[2];
+  launch(p, idx, g, engine);
+}
+
+template <class Engine>
+void dispatch_affine(const AffineArgs& args, const ScanGeometry& g, Engine engine) {
+  switch (args.b.scalar_type()) {
+    case at::kComplexFloat: return run_affine<c10::complex<float>>(args, g, engine);
+    case at::kComplexDouble: return run_affine<c10::complex<double>>(args, g, engine);
+    default:
+      return visit_floating(args.b.scalar_type(), [&](auto tag) {
+        run_affine<typename decltype(tag)::type>(args, g, engine);
+      });
+  }
+}
+
+template <class T, int D, class Engine>
+void run_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engine& engine) {
+  MatrixAffineProblem<T, D> p;
+  p.A = args.A.const_data_ptr<T>();
+  p.b = args.b.const_data_ptr<T>();
+  p.h = args.h.data_ptr<T>();
+  p.initial = args.initial.defined() ? args.initial.const_data_ptr<T>() : nullptr;
+  p.final_state = args.final_state.data_ptr<T>();
+  p.has_final = true;
+  p.rows = args.rows;
+  p.d = static_cast<int>(args.d);
+  p.A_row_stride = args.A.stride(-2);
+  p.A_col_stride = args.A.stride(-1);
+  p.b_stride = args.b.stride(-1);
+  p.h_stride = args.h.stride(-1);
+  // Rows and the scanned dimension come from the leading dims (state dims dropped).
+  const auto A_lead = args.A.select(-1, 0).select(-1, 0);
+  const auto b_lead = args.b.select(-1, 0);
+  const auto h_lead = args.h.select(-1, 0);
+  const auto idx = row_indexers({A_lead, b_lead, h_lead}, args.dim);
+  p.A_rows = idx[0];
+  p.b_rows = idx[1];
+  p.h_rows = idx[2];
+  launch(p, idx, g, engine);
+}
+
+// State sizes are padded to 2, 4 or 8 (zero padding keeps the result exact).
+template <class T, class Engine>
+void dispatch_matrix_affine_typed(const MatrixAffineArgs& args, const ScanGeometry& g, Engine& engine) {
+  if (args.d <= 2) return run_matrix_affine<T, 2>(args, g, engine);
+  if (args.d <= 4) return run_matrix_affine<T, 4>(args, g, engine);
+  return run_matrix_affine<T, 8>(args, g, engine);
+}
+
+template <class Engine>
+void dispatch_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engine engine) {
+  if (args.b.scalar_type() == at::kDouble) return dispatch_matrix_affine_typed<double>(args, g, engine);
+  return dispatch_matrix_affine_typed<float>(args, g, engine);
+}
+
+}  // namespace parprims::host

@@ -1,0 +1,127 @@
+#include "affine_ops.h"
+
+#include "scan_host.h"
+#include "scan_ops.h"
+
+namespace parprims::host {
+
+at::ScalarType state_dtype(at::ScalarType t) {
+  return (t == at::kHalf || t == at::kBFloat16) ? at::kFloat : t;
+}
+
+namespace {
+
+// The shape of one state: `b`'s shape without `dim` (and, for matrices, with the state dim).
+std::vector<int64_t> state_shape(const at::Tensor& b, int64_t dim, int64_t segments, bool packed) {
+  std::vector<int64_t> shape;
+  if (packed) shape.push_back(segments);
+  for (int64_t d = 0; d < b.dim(); ++d) {
+    if (d != dim) shape.push_back(b.size(d));
+  }
+  return shape;
+}
+
+// Checks `initial_state` against the expected state shape and returns it contiguous, in the
+// state dtype (it may also come in the input dtype), or an undefined tensor.
+at::Tensor prepare_initial(const c10::optional<at::Tensor>& initial, const at::Tensor& b,
+                           const std::vector<int64_t>& shape, at::ScalarType sdtype) {
+  if (!initial.has_value()) return at::Tensor();
+  const auto& h0 = *initial;
+  TORCH_CHECK(h0.device() == b.device(), "initial_state: expected a tensor on ", b.device(),
+              ", got ", h0.device());
+  TORCH_CHECK(h0.sizes() == at::IntArrayRef(shape), "initial_state: expected shape ",
+              at::IntArrayRef(shape), " (b's shape without dim, with a leading number of "
+              "sequences when offsets are given), got ", h0.sizes());
+  TORCH_CHECK(h0.scalar_type() == sdtype || h0.scalar_type() == b.scalar_type(),
+              "initial_state: expected dtype ", sdtype, " or ", b.scalar_type(), ", got ",
+              h0.scalar_type());
+  return h0.to(sdtype).contiguous();
+}
+
+int64_t segment_count(const c10::optional<at::Tensor>& offsets) {
+  return offsets.has_value() ? offsets->numel() - 1 : 1;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> affine_scan(const AffineBackend& be, const at::Tensor& a,
+                                               const at::Tensor& b, int64_t dim_in,
+                                               const c10::optional<at::Tensor>& initial_state,
+                                               const c10::optional<at::Tensor>& offsets,
+                                               bool reverse, bool log_gates, bool exclusive) {
+  TORCH_CHECK(a.device() == b.device(), "a: expected a tensor on ", b.device(),
+              " (b's device), got ", a.device());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a: expected the dtype of b (", b.scalar_type(),
+              "), got ", a.scalar_type());
+  const auto t = b.scalar_type();
+  TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t),
+              "b: expected a floating or complex tensor, got ", t);
+  TORCH_CHECK(b.dim() >= 1, "b: expected at least one dimension");
+  TORCH_CHECK(a.dim() <= b.dim() && at::infer_size(a.sizes(), b.sizes()) == b.sizes(),
+              "a: expected a shape broadcastable to b's ", b.sizes(), ", got ", a.sizes());
+  const int64_t dim = wrap_dim(b, dim_in);
+  check_offsets_for(be.always_validate_offsets, offsets, b, b.size(dim));
+
+  AffineArgs args;
+  args.a = a.expand_as(b);
+  args.b = b;
+  args.dim = dim;
+  args.rows = row_count(b, dim);
+  args.log_gates = log_gates;
+  args.h = at::empty_like(b);
+  const auto sdtype = state_dtype(t);
+  const auto shape = state_shape(b, dim, segment_count(offsets), offsets.has_value());
+  args.initial = prepare_initial(initial_state, b, shape, sdtype);
+  // Empty sequences keep their initial state (zeros without one): fill, then overwrite.
+  args.final_state = args.initial.defined() ? args.initial.clone()
+                                            : at::zeros(shape, b.options().dtype(sdtype));
+  if (b.numel() > 0) be.affine(args, make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse));
+  return {args.h, args.final_state};
+}
+
+std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const AffineBackend& be, const at::Tensor& A,
+                                                      const at::Tensor& b, int64_t dim_in,
+                                                      const c10::optional<at::Tensor>& initial_state,
+                                                      const c10::optional<at::Tensor>& offsets,
+                                                      bool reverse, bool exclusive) {
+  TORCH_CHECK(A.device() == b.device(), "A: expected a tensor on ", b.device(), ", got ", A.device());
+  TORCH_CHECK(A.scalar_type() == b.scalar_type(), "A: expected the dtype of b (", b.scalar_type(),
+              "), got ", A.scalar_type());
+  TORCH_CHECK(b.scalar_type() == at::kFloat || b.scalar_type() == at::kDouble,
+              "b: matrix_affine_scan expects float32 or float64, got ", b.scalar_type());
+  TORCH_CHECK(b.dim() >= 2, "b: expected shape (..., L, d), got ", b.sizes());
+  const int64_t d = b.size(-1);
+  TORCH_CHECK(d >= 1 && d <= 8, "b: expected a state size d in [1, 8] (the last dimension), got ", d);
+  TORCH_CHECK(A.dim() >= 2 && A.size(-1) == d && A.size(-2) == d,
+              "A: expected shape (..., L, d, d) with d = ", d, ", got ", A.sizes());
+  auto lead = b.sizes().vec();
+  lead.pop_back();
+  auto A_lead = A.sizes().vec();
+  A_lead.resize(A_lead.size() - 2);
+  TORCH_CHECK(A_lead.size() <= lead.size() && at::infer_size(A_lead, lead) == lead,
+              "A: expected leading dimensions broadcastable to b's ", at::IntArrayRef(lead),
+              ", got ", at::IntArrayRef(A_lead));
+  const auto b_lead = b.select(-1, 0);
+  const int64_t dim = wrap_dim(b_lead, dim_in);
+  check_offsets_for(be.always_validate_offsets, offsets, b, b.size(dim));
+
+  MatrixAffineArgs args;
+  auto A_shape = lead;
+  A_shape.push_back(d);
+  A_shape.push_back(d);
+  args.A = A.expand(A_shape);
+  args.b = b;
+  args.h = at::empty_like(b);
+  args.dim = dim;
+  args.rows = row_count(b_lead, dim);
+  args.d = d;
+  auto shape = state_shape(b_lead, dim, segment_count(offsets), offsets.has_value());
+  shape.push_back(d);
+  args.initial = prepare_initial(initial_state, b, shape, b.scalar_type());
+  args.final_state = args.initial.defined() ? args.initial.clone()
+                                            : at::zeros(shape, b.options());
+  if (b.numel() > 0) be.matrix(args, make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse));
+  return {args.h, args.final_state};
+}
+
+}  // namespace parprims::host

@@ -1,0 +1,45 @@
+// The one TORCH_LIBRARY block: every schema of the library. Kernels are registered per
+// device in csrc/cpu/*_kernel.cpp and csrc/cuda/*_kernel.cu.
+#include <torch/library.h>
+
+#include "host/scan_host.h"
+
+TORCH_LIBRARY(parprims, m) {
+  // ---- scans ----
+  m.def("scan(Tensor x, int dim, str op=\"add\", bool exclusive=False, bool reverse=False) -> Tensor");
+  m.def("segmented_scan(Tensor x, Tensor offsets, int dim=0, str op=\"add\", bool exclusive=False, "
+        "bool reverse=False) -> Tensor");
+  // max/min scans with the positions of the selected elements (their backward scatters there).
+  m.def("_scan_with_indices(Tensor x, Tensor? offsets, int dim, str op, bool exclusive=False, "
+        "bool reverse=False) -> (Tensor, Tensor)");
+  // The exact non-commutative bicyclic monoid, to test operand order through every path.
+  m.def("_scan_bicyclic(Tensor p, Tensor q, Tensor? offsets, int dim, bool exclusive=False, "
+        "bool reverse=False) -> (Tensor, Tensor)");
+
+  // ---- affine recurrences ----
+  m.def("affine_scan(Tensor a, Tensor b, int dim=-1, Tensor? initial_state=None, "
+        "Tensor? offsets=None, bool reverse=False, bool log_gates=False) -> (Tensor, Tensor)");
+  // The same with exclusive outputs (h_{t-1}): what the backward of affine and mul scans use.
+  m.def("_affine_scan_exclusive(Tensor a, Tensor b, int dim, Tensor? initial_state, "
+        "Tensor? offsets, bool reverse, bool log_gates) -> (Tensor, Tensor)");
+  m.def("matrix_affine_scan(Tensor A, Tensor b, int dim=-1, Tensor? initial_state=None, "
+        "Tensor? offsets=None, bool reverse=False) -> (Tensor, Tensor)");
+  m.def("_matrix_affine_scan_exclusive(Tensor A, Tensor b, int dim, Tensor? initial_state, "
+        "Tensor? offsets, bool reverse) -> (Tensor, Tensor)");
+
+  // ---- packed-sequence utilities ----
+  m.def("check_offsets(Tensor offsets, SymInt total) -> ()");
+  m.def("_set_checks(bool enabled) -> ()");
+  m.def("_checks_enabled() -> bool");
+}
+
+TORCH_LIBRARY_IMPL(parprims, CompositeExplicitAutograd, m) {
+  m.impl("check_offsets", [](const at::Tensor& offsets, c10::SymInt total) {
+    parprims::host::check_offsets_arg(offsets, offsets, total.expect_int(), true);
+  });
+}
+
+TORCH_LIBRARY_IMPL(parprims, CatchAll, m) {
+  m.impl("_set_checks", [](bool enabled) { parprims::host::set_checks_enabled(enabled); });
+  m.impl("_checks_enabled", []() { return parprims::host::checks_enabled(); });
+}

@@ -1,0 +1,57 @@
+"""Builds torch_parprims._C, the one extension module that registers every op.
+
+CUDA kernels are compiled when nvcc is found (for TORCH_CUDA_ARCH_LIST, default "8.0;9.0")
+unless PARPRIMS_CUDA=0. Set MAX_JOBS to bound the parallel compile jobs.
+"""
+import glob
+import os
+import shutil
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def want_cuda():
+    flag = os.environ.get("PARPRIMS_CUDA")
+    if flag is not None:
+        return flag not in ("0", "", "false", "False")
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return CUDA_HOME is not None and (shutil.which("nvcc") or os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc")))
+
+
+def sources(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def extension():
+    from torch.utils import cpp_extension
+
+    cxx = ["-O3", "-fvisibility=hidden"]
+    srcs = sources("csrc/registration.cpp") + sources("csrc/host/*.cpp") + sources("csrc/cpu/*.cpp")
+    if not want_cuda():
+        return cpp_extension.CppExtension(
+            "torch_parprims._C", srcs, extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=0"]}
+        )
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    nvcc = ["-O3", "-lineinfo", "--threads=2", "-DPARPRIMS_CUDA=1"]
+    return cpp_extension.CUDAExtension(
+        "torch_parprims._C",
+        srcs + sources("csrc/cuda/*.cu"),
+        extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=1"], "nvcc": nvcc},
+    )
+
+
+def build_ext():
+    from torch.utils.cpp_extension import BuildExtension
+
+    return BuildExtension.with_options(use_ninja=True)
+
+
+setup(
+    packages=find_packages(include=["torch_parprims", "torch_parprims.*"]),
+    ext_modules=[extension()],
+    cmdclass={"build_ext": build_ext()},
+    python_requires=">=3.9",
+)

@@ -1,0 +1,22 @@
+"""torch_parprims: parallel primitives for sequence models, as PyTorch custom ops.
+
+Every op is registered under ``torch.ops.parprims`` with CPU and CUDA kernels, a fake kernel
+for ``torch.compile`` and autograd. The functions here are thin, documented wrappers.
+"""
+from ._loader import load_extension
+
+load_extension()
+
+from .ops.checks import check_offsets, set_checks  # noqa: E402
+from .ops.scan import scan, segmented_scan  # noqa: E402
+from .ops.affine import affine_scan, matrix_affine_scan  # noqa: E402
+
+__all__ = [
+    "scan",
+    "segmented_scan",
+    "affine_scan",
+    "matrix_affine_scan",
+    "check_offsets",
+    "set_checks",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,176 @@
+"""Scans and segmented scans: wrappers, fake kernels and autograd."""
+from typing import Optional
+
+import torch
+
+_ops = torch.ops.parprims
+OPS = ("add", "mul", "max", "min", "logaddexp")
+
+
+def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, reverse: bool = False) -> torch.Tensor:
+    """Prefix scan of ``op`` along ``dim``.
+
+    ``y[..., t, ...] = x[..., 0, ...] ∘ x[..., 1, ...] ∘ ... ∘ x[..., t, ...]`` with ``∘`` one of
+    ``add``, ``mul``, ``max``, ``min``, ``logaddexp`` (``log(exp(a) + exp(b))``).
+
+    Args:
+        x: a tensor of any shape (strided views are read in place). float16, bfloat16,
+            float32, float64 for every op (half types compute in float32); int32, int64 and
+            bool for add, max, min; complex64 and complex128 for add.
+        dim: the dimension to scan.
+        op: the operator.
+        exclusive: output ``t`` excludes ``x[t]``; the first output is the identity
+            (0, 1, -inf, +inf, -inf; for integers the type's min/max; bool False/True).
+        reverse: scan from the end (flip, scan, flip).
+
+    Returns:
+        A tensor shaped like ``x``; int64 for add over integers and bool (as ``torch.cumsum``),
+        ``x``'s dtype otherwise. NaN propagates, for max and min too.
+
+    Example::
+
+        >>> x = torch.tensor([3., 1., 4., 2.])
+        >>> scan(x, 0)
+        tensor([ 3.,  4.,  8., 10.])
+        >>> assert torch.equal(scan(x, 0, "max", exclusive=True), torch.tensor([-float("inf"), 3., 3., 4.]))
+    """
+    return _ops.scan(x, dim, op, exclusive, reverse)
+
+
+def segmented_scan(
+    x: torch.Tensor,
+    offsets: torch.Tensor,
+    dim: int = 0,
+    op: str = "add",
+    exclusive: bool = False,
+    reverse: bool = False,
+) -> torch.Tensor:
+    """Scan along ``dim`` restarting at every packed-sequence start.
+
+    ``x`` holds S sequences concatenated along ``dim``; sequence ``k`` covers
+    ``[offsets[k], offsets[k+1])``. Each is scanned as :func:`scan` would scan it alone.
+
+    Args:
+        x: the packed data, e.g. ``(total_tokens,)`` or ``(total_tokens, channels)``.
+        offsets: 1-D int32/int64 tensor of length S+1 on ``x``'s device: ``offsets[0] == 0``,
+            non-decreasing, ``offsets[-1] == x.size(dim)`` (flash-attn's ``cu_seqlens``).
+            Empty sequences are allowed.
+        dim, op, exclusive, reverse: as for :func:`scan`.
+
+    Example::
+
+        >>> x = torch.tensor([2., 1., 3., 4., 5.])
+        >>> offsets = torch.tensor([0, 2, 5])
+        >>> y = segmented_scan(x, offsets)
+        >>> assert torch.equal(y, torch.cat([x[:2].cumsum(0), x[2:].cumsum(0)]))
+    """
+    return _ops.segmented_scan(x, offsets, dim, op, exclusive, reverse)
+
+
+# ---- fake kernels -------------------------------------------------------------------------
+
+
+def _out_dtype(x, op):
+    if op == "add" and (not x.dtype.is_floating_point and not x.dtype.is_complex):
+        return torch.int64
+    return x.dtype
+
+
+@torch.library.register_fake("parprims::scan")
+def _scan_fake(x, dim, op="add", exclusive=False, reverse=False):
+    return torch.empty_like(x, dtype=_out_dtype(x, op))
+
+
+@torch.library.register_fake("parprims::segmented_scan")
+def _segmented_scan_fake(x, offsets, dim=0, op="add", exclusive=False, reverse=False):
+    return torch.empty_like(x, dtype=_out_dtype(x, op))
+
+
+@torch.library.register_fake("parprims::_scan_with_indices")
+def _scan_with_indices_fake(x, offsets, dim, op, exclusive=False, reverse=False):
+    return torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)
+
+
+@torch.library.register_fake("parprims::_scan_bicyclic")
+def _scan_bicyclic_fake(p, q, offsets, dim, exclusive=False, reverse=False):
+    return torch.empty_like(p), torch.empty_like(q)
+
+
+# ---- autograd -------------------------------------------------------------------------------
+
+
+def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
+    """Gradient of a (segmented) scan with respect to its input, through library ops only."""
+
+    def rscan(t, rop, excl):  # the scan in the opposite direction, same segments
+        if offsets is None:
+            return _ops.scan(t, dim, rop, excl, not reverse)
+        return _ops.segmented_scan(t, offsets, dim, rop, excl, not reverse)
+
+    if op == "add":
+        return rscan(grad, "add", exclusive)
+    if op == "mul":
+        # dx_s = (prod of the x before s) * (sum over later outputs t of g_t * prod of x in (s, t]):
+        # the second factor is a reverse affine scan with gates x, so zeros in x are exact.
+        before = _ops.scan(x, dim, "mul", True, reverse) if offsets is None else \
+            _ops.segmented_scan(x, offsets, dim, "mul", True, reverse)
+        if exclusive:
+            later, _ = _ops._affine_scan_exclusive(x, grad, dim, None, offsets, not reverse, False)
+            return before * later
+        later, _ = _ops._affine_scan_exclusive(x, x * grad, dim, None, offsets, not reverse, False)
+        return before * (grad + later)
+    if op in ("max", "min"):
+        _, index = _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)
+        taken = index >= 0
+        return torch.zeros_like(x).scatter_add(dim, index.clamp(min=0), torch.where(taken, grad, 0))
+    if op == "logaddexp":
+        # dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so every term stays in log space.
+        log_g = torch.log(grad.abs()) - y
+        neg_inf = torch.full_like(log_g, float("-inf"))
+        pos = rscan(torch.where(grad > 0, log_g, neg_inf), "logaddexp", exclusive)
+        neg = rscan(torch.where(grad < 0, log_g, neg_inf), "logaddexp", exclusive)
+        return torch.exp(x + pos) - torch.exp(x + neg)
+    raise ValueError(f"op: unknown scan op {op!r}")
+
+
+def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
+    ctx.dim, ctx.op, ctx.exclusive, ctx.reverse = dim, op, exclusive, reverse
+    keep_x = op in ("mul", "max", "min", "logaddexp")
+    ctx.save_for_backward(x if keep_x else None, y if op == "logaddexp" else None, offsets)
+
+
+def _scan_setup_context(ctx, inputs, output):
+    x, dim, op, exclusive, reverse = _normalize_scan_args(*inputs)
+    _setup(ctx, x, output, None, dim, op, exclusive, reverse)
+
+
+def _segmented_setup_context(ctx, inputs, output):
+    x, offsets, dim, op, exclusive, reverse = _normalize_segmented_args(*inputs)
+    _setup(ctx, x, output, offsets, dim, op, exclusive, reverse)
+
+
+def _normalize_scan_args(x, dim, op="add", exclusive=False, reverse=False):
+    return x, dim, op, exclusive, reverse
+
+
+def _normalize_segmented_args(x, offsets, dim=0, op="add", exclusive=False, reverse=False):
+    return x, offsets, dim, op, exclusive, reverse
+
+
+def _backward(ctx, grad):
+    x, y, offsets = ctx.saved_tensors
+    return scan_backward(grad, x, y, offsets, ctx.dim, ctx.op, ctx.exclusive, ctx.reverse)
+
+
+def _scan_backward(ctx, grad):
+    return _backward(ctx, grad), None, None, None, None
+
+
+def _segmented_backward(ctx, grad):
+    return _backward(ctx, grad), None, None, None, None, None
+
+
+torch.library.register_autograd("parprims::scan", _scan_backward, setup_context=_scan_setup_context)
+torch.library.register_autograd(
+    "parprims::segmented_scan", _segmented_backward, setup_context=_segmented_setup_context
+)
