@@ -39,6 +39,26 @@ struct AffineProblem : ProblemBase<Affine<C>> {
   PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
     h[c.h + pos * h_rows.stride_len] = static_cast<In>(v.b);
   }
+  template <int N>
+  PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
+    if (a_rows.stride_len != 1 || b_rows.stride_len != 1) return false;
+    In ra[N], rb[N];
+    if (!load_wide<N>(a + c.a + pos, ra) || !load_wide<N>(b + c.b + pos, rb)) return false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const C gate = static_cast<C>(ra[i]);
+      values[i] = {log_gates ? exp_any(gate) : gate, static_cast<C>(rb[i])};
+    }
+    return true;
+  }
+  template <int N>
+  PP_HD bool store_run(const Cursor& c, int64_t pos, const Value (&values)[N]) const {
+    if (h_rows.stride_len != 1) return false;
+    In raw[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) raw[i] = static_cast<In>(values[i].b);
+    return store_wide<N>(h + c.h + pos, raw);
+  }
   PP_HD Value at_head(const Value& v, int64_t row, int64_t segment) const {
     if (initial == nullptr) return v;
     return {v.a, v.a * initial[segment * rows + row] + v.b};

@@ -9,11 +9,15 @@
 //   exclusive_head(row, segment)        the exclusive output at a segment's first element
 //   store_final(row, segment, value)    the inclusive value at a segment's last element,
 //                                       called only when `has_final` is set
+//   load_run<N>(cursor, pos, values) / store_run<N>(cursor, pos, values)
+//                                       N consecutive physical positions at once (wide
+//                                       accesses); false when not possible (strides, alignment)
 // ProblemBase gives the defaults. Torch-free.
 #pragma once
 
 #include "monoids.h"
 #include "scan_geometry.h"
+#include "vector_io.h"
 
 namespace parprims {
 
@@ -25,6 +29,10 @@ struct ProblemBase {
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}
+  template <int N, class Cursor>
+  PP_HD bool load_run(const Cursor&, int64_t, Value (&)[N]) const { return false; }
+  template <int N, class Cursor>
+  PP_HD bool store_run(const Cursor&, int64_t, const Value (&)[N]) const { return false; }
 };
 
 struct TwoCursor {
@@ -47,6 +55,22 @@ struct ScanProblem : ProblemBase<M> {
   }
   PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
     out[c.out + pos * out_rows.stride_len] = static_cast<Out>(v);
+  }
+  template <int N>
+  PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
+    In raw[N];
+    if (in_rows.stride_len != 1 || !load_wide<N>(in + c.in + pos, raw)) return false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) values[i] = static_cast<Value>(raw[i]);
+    return true;
+  }
+  template <int N>
+  PP_HD bool store_run(const Cursor& c, int64_t pos, const Value (&values)[N]) const {
+    if (out_rows.stride_len != 1) return false;
+    Out raw[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) raw[i] = static_cast<Out>(values[i]);
+    return store_wide<N>(out + c.out + pos, raw);
   }
 };
 

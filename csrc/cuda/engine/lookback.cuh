@@ -1,0 +1,118 @@
+// Device layer: decoupled look-back. Each tile publishes its aggregate as soon as it has it and
+// its inclusive prefix once known; a tile's exclusive prefix is gathered from its predecessors,
+// stopping at the first one whose prefix is known, or whose aggregate starts a segment (the
+// segmented lift makes such an aggregate independent of anything before it).
+#pragma once
+
+#include <cuda/atomic>
+
+#include "warp.cuh"
+
+namespace parprims::cuda {
+
+enum TileStatus : int { kInvalid = 0, kAggregate = 1, kPrefix = 2 };
+
+template <class T>
+__device__ __forceinline__ T load_bypassing_l1(const Words<T>* p) {
+  Words<T> out;
+  const int* src = reinterpret_cast<const int*>(p);
+  int* dst = reinterpret_cast<int*>(&out);
+#pragma unroll
+  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __ldcg(src + i);
+  return out.value;
+}
+
+template <class T>
+__device__ __forceinline__ void store_bypassing_l1(Words<T>* p, const T& v) {
+  const Words<T> in{v};
+  const int* src = reinterpret_cast<const int*>(&in);
+  int* dst = reinterpret_cast<int*>(p);
+#pragma unroll
+  for (int i = 0; i < Words<T>::kCount; ++i) __stcg(dst + i, src[i]);
+}
+
+// Tile descriptors in a workspace: a tile counter (dynamic tile ids, so that every tile's
+// predecessors started before it), then status flags, then aggregates and inclusive prefixes.
+// The counter and the flags must be zero before the launch.
+template <class T>
+struct TileState {
+  unsigned long long* counter;
+  int* status;
+  Words<T>* aggregate;
+  Words<T>* inclusive;
+
+  static size_t zeroed_bytes(int64_t tiles) { return 16 + align(tiles * sizeof(int)); }
+  static size_t bytes(int64_t tiles) { return zeroed_bytes(tiles) + 2 * align(tiles * sizeof(Words<T>)); }
+  static size_t align(size_t n) { return (n + 255) & ~size_t(255); }
+  static TileState at(void* base, int64_t tiles) {
+    char* p = static_cast<char*>(base);
+    TileState s;
+    s.counter = reinterpret_cast<unsigned long long*>(p);
+    s.status = reinterpret_cast<int*>(p + 16);
+    s.aggregate = reinterpret_cast<Words<T>*>(p + zeroed_bytes(tiles));
+    s.inclusive = s.aggregate + align(tiles * sizeof(Words<T>)) / sizeof(Words<T>);
+    return s;
+  }
+
+  __device__ __forceinline__ void publish(int64_t tile, const T& v, TileStatus st) const {
+    store_bypassing_l1(st == kPrefix ? inclusive + tile : aggregate + tile, v);
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> flag(status[tile]);
+    flag.store(st, ::cuda::memory_order_release);
+  }
+
+  // Waits for tile `tile` to publish something; returns it, and whether it is a prefix.
+  __device__ __forceinline__ T wait(int64_t tile, bool& is_prefix) const {
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> flag(status[tile]);
+    int st;
+    while ((st = flag.load(::cuda::memory_order_acquire)) == kInvalid) {
+    }
+    is_prefix = st == kPrefix;
+    return load_bypassing_l1(is_prefix ? inclusive + tile : aggregate + tile);
+  }
+};
+
+// Warp-cooperative look-back over the tiles before `tile` in its chain (`step` apart): lanes
+// inspect 32 predecessors at once. Called by one whole warp; every lane returns the prefix.
+// `Seg` is the segmented lift; `first` is the first tile of the chain.
+template <class Seg>
+__device__ __forceinline__ typename Seg::value_type look_back_warp(
+    const TileState<typename Seg::value_type>& state, int64_t tile, int64_t first, int64_t step) {
+  using T = typename Seg::value_type;
+  const int lane = threadIdx.x & 31;
+  T prefix = Seg::identity();
+  for (int64_t base = tile - step; base >= first; base -= 32 * step) {
+    const int64_t pred = base - lane * step;
+    T v = Seg::identity();
+    bool stop = true;
+    if (pred >= first) {
+      bool is_prefix;
+      v = state.wait(pred, is_prefix);
+      stop = is_prefix || v.head;
+    }
+    const unsigned stops = __ballot_sync(kFullMask, stop);
+    const int nearest = stops ? __ffs(stops) - 1 : 31;
+    if (lane > nearest) v = Seg::identity();
+    const T window = shfl_idx(warp_reduce_backwards<Seg>(v), 0);
+    prefix = Seg::combine(window, prefix);
+    if (stops) break;
+  }
+  return prefix;
+}
+
+// Per-thread look-back, for kernels whose lanes scan unrelated rows (the column kernel):
+// walks back one predecessor at a time (`step` apart) until a prefix or a segment start.
+template <class Seg>
+__device__ __forceinline__ typename Seg::value_type look_back_thread(
+    const TileState<typename Seg::value_type>& state, int64_t tile, int64_t first, int64_t step) {
+  using T = typename Seg::value_type;
+  T prefix = Seg::identity();
+  for (int64_t pred = tile - step; pred >= first; pred -= step) {
+    bool is_prefix;
+    const T v = state.wait(pred, is_prefix);
+    prefix = Seg::combine(v, prefix);
+    if (is_prefix || v.head) break;
+  }
+  return prefix;
+}
+
+}  // namespace parprims::cuda

@@ -1,0 +1,72 @@
+// Warp layer: shuffles of any trivially copyable value, and the warp-wide inclusive scan.
+#pragma once
+
+#include "../../core/monoids.h"
+
+namespace parprims::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Values travel as whole 32-bit words (a bool-sized value is padded up to one word).
+template <class T>
+struct alignas(alignof(T) < 4 ? 4 : alignof(T)) Words {
+  T value;
+  static constexpr int kCount = static_cast<int>(sizeof(T) + 3) / 4;
+};
+
+template <class T>
+__device__ __forceinline__ T shfl_up(const T& v, int delta) {
+  Words<T> in{v}, out;
+  const int* src = reinterpret_cast<const int*>(&in);
+  int* dst = reinterpret_cast<int*>(&out);
+#pragma unroll
+  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_up_sync(kFullMask, src[i], delta);
+  return out.value;
+}
+
+template <class T>
+__device__ __forceinline__ T shfl_down(const T& v, int delta) {
+  Words<T> in{v}, out;
+  const int* src = reinterpret_cast<const int*>(&in);
+  int* dst = reinterpret_cast<int*>(&out);
+#pragma unroll
+  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_down_sync(kFullMask, src[i], delta);
+  return out.value;
+}
+
+template <class T>
+__device__ __forceinline__ T shfl_idx(const T& v, int lane) {
+  Words<T> in{v}, out;
+  const int* src = reinterpret_cast<const int*>(&in);
+  int* dst = reinterpret_cast<int*>(&out);
+#pragma unroll
+  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_sync(kFullMask, src[i], lane);
+  return out.value;
+}
+
+// Inclusive scan across the lanes of a warp (Kogge-Stone: log2(32) steps); lane 0 is earliest.
+template <class M>
+__device__ __forceinline__ typename M::value_type warp_inclusive_scan(typename M::value_type v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const auto earlier = shfl_up(v, delta);
+    if (lane >= delta) v = M::combine(earlier, v);
+  }
+  return v;
+}
+
+// Combines the lanes' values with lane 31 the earliest and lane 0 the latest; lane 0 gets it.
+// (The look-back window: lane i holds the tile i+1 places back.)
+template <class M>
+__device__ __forceinline__ typename M::value_type warp_reduce_backwards(typename M::value_type v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const auto earlier = shfl_down(v, delta);
+    if (lane + delta < 32) v = M::combine(earlier, v);
+  }
+  return v;
+}
+
+}  // namespace parprims::cuda
