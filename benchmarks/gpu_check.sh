@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Build, test and benchmark torch_parprims on the GPU machine, in one call from the repo root.
+#
+#   OUT=/some/dir bash benchmarks/gpu_check.sh          (the device tool sets OUT)
+#
+# Stages (space separated in STAGES, default "build tests bench"):
+#   build   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation --no-deps -e .
+#           (falls back to `python3 setup.py build_ext --inplace`)          -> $OUT/build.log
+#   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "slow or not slow"   -> $OUT/pytest_cuda.log
+#   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
+#           the bench rows check every baseline's output anyway)
+#   bench   bench_scan.py and bench_affine_scan.py --device cuda           -> $OUT/bench.log,
+#           $OUT/<device>.json (both scripts merged), $OUT/<device>.png
+# Always: $OUT/summary.txt, printed last. At most 6 files come back under $OUT.
+#
+# Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
+# timeout and what is left of the total (the benchmarks split what remains, 60/40, and stop
+# starting cases 20 s before their limit; results are saved after every case).
+# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (150), BENCH_TIMEOUT (per script, 240),
+# BENCH_ARGS (extra args for both bench scripts, e.g. "--quick" or "--only 'scan:add'"),
+# PYTEST_ARGS (extra pytest args, e.g. "-x -k scan"), SELFTEST (0), SUMMARY_WIDTH (125).
+# The build stays in place between calls while the machine is warm, so a later call can run
+# STAGES="tests bench" alone.
+
+OUT="${OUT:-/tmp/parprims_gpu_out}"
+mkdir -p "$OUT"
+STAGES="${STAGES:-build tests bench}"
+TOTAL_BUDGET="${TOTAL_BUDGET:-560}"
+BUILD_TIMEOUT="${BUILD_TIMEOUT:-360}"
+TEST_TIMEOUT="${TEST_TIMEOUT:-150}"
+BENCH_TIMEOUT="${BENCH_TIMEOUT:-240}"
+SELFTEST="${SELFTEST:-0}"
+export PYTHONUNBUFFERED=1
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+T0=$(date +%s)
+
+has_stage() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+note() { echo "$*" | tee -a "$SUMMARY"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+# limit LIMIT: the smaller of LIMIT and what is left of TOTAL_BUDGET (less 15 s for the summary)
+limit() {
+  local left=$((TOTAL_BUDGET - 15 - $(elapsed)))
+  if [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+
+echo "== environment"
+nvidia-smi -L 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv,noheader 2>&1 | head -4
+python3 -c 'import torch, sys; print("python", sys.version.split()[0], "| torch", torch.__version__, "| cuda", torch.version.cuda, "| gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else None)' 2>&1
+nvcc --version 2>&1 | tail -2
+python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
+note "gpu_check: STAGES='$STAGES' commit $(git rev-parse --short HEAD 2>/dev/null) $(git status --porcelain 2>/dev/null | grep -c . ) changed files"
+
+BUILD_STATUS="not run"
+if has_stage build; then
+  echo "== build (log: $OUT/build.log)"
+  tb=$(date +%s)
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-16}"
+  timeout "$(limit "$BUILD_TIMEOUT")" python3 -m pip install --no-build-isolation --no-deps -v -e . >"$OUT/build.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] || ! python3 -c 'import torch_parprims' >>"$OUT/build.log" 2>&1; then
+    echo "pip -e failed (rc=$rc); falling back to setup.py build_ext --inplace" | tee -a "$OUT/build.log"
+    left=$(limit $((BUILD_TIMEOUT - ($(date +%s) - tb))))
+    [ "$left" -lt 60 ] && left=60
+    timeout "$left" python3 setup.py build_ext --inplace >>"$OUT/build.log" 2>&1
+    rc=$?
+  fi
+  if [ $rc -eq 0 ] && python3 -c 'import torch_parprims' >>"$OUT/build.log" 2>&1; then
+    BUILD_STATUS="ok ($(($(date +%s) - tb)) s)"
+  else
+    BUILD_STATUS="FAILED rc=$rc ($(($(date +%s) - tb)) s)"
+    echo "---- build.log (last 60 lines)"
+    tail -n 60 "$OUT/build.log"
+    echo "---- compiler errors"
+    grep -n -m 20 -E "error|Error" "$OUT/build.log" | head -20
+  fi
+  grep -E "ptxas info|spill" "$OUT/build.log" | grep -E "spill stores [1-9]|spill loads [1-9]" | head -5
+  note "build: $BUILD_STATUS"
+fi
+
+# what the built extension has
+python3 - <<'EOF' 2>&1 | tee -a "$SUMMARY"
+try:
+    import torch, torch_parprims  # noqa: F401
+    ops = ["scan", "segmented_scan", "affine_scan", "matrix_affine_scan"]
+    have = {op: torch._C._dispatch_has_kernel_for_dispatch_key(f"parprims::{op}", "CUDA") for op in ops}
+    print("CUDA kernels registered:", " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in have.items()))
+    if have["scan"]:
+        x = torch.randn(1000, device="cuda")
+        y = torch_parprims.scan(x, 0)
+        torch.cuda.synchronize()
+        print("smoke: scan 1000 on cuda, max abs err vs cumsum", float((y - x.cumsum(0)).abs().max()))
+except Exception as e:
+    print("extension check failed:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+EOF
+
+TEST_STATUS="not run"
+if has_stage tests; then
+  echo "== tests (log: $OUT/pytest_cuda.log)"
+  tt=$(date +%s)
+  # shellcheck disable=SC2086
+  tlim=$(limit "$TEST_TIMEOUT")
+  PARPRIMS_TEST_DEVICES=cuda timeout "$tlim" python3 -m pytest -q tests -m "slow or not slow" \
+    -p no:cacheprovider -rfE --durations=15 ${PYTEST_ARGS:-} >"$OUT/pytest_cuda.log" 2>&1
+  rc=$?
+  last=$(grep -E "passed|failed|error|no tests ran" "$OUT/pytest_cuda.log" | tail -1)
+  [ $rc -eq 124 ] && last="TIMEOUT after ${tlim}s; $last"
+  TEST_STATUS="rc=$rc ($(($(date +%s) - tt)) s): $last"
+  if [ $rc -ne 0 ]; then
+    echo "---- failures (first 40 lines of the short summary)"
+    sed -n '/short test summary/,$p' "$OUT/pytest_cuda.log" | head -40
+  fi
+  note "tests: $TEST_STATUS"
+fi
+
+if has_stage bench || has_stage selftest; then
+  if [ "$SELFTEST" = "1" ] || has_stage selftest; then
+    echo "== triton baselines self-test"
+    timeout "$(limit 180)" python3 benchmarks/triton_baselines.py 2>&1 | tee -a "$OUT/bench.log" | tail -3
+    note "triton self-test: rc=${PIPESTATUS[0]}"
+  fi
+fi
+
+if has_stage bench; then
+  for script in bench_scan bench_affine_scan; do
+    echo "== $script (log: $OUT/bench.log)"
+    tb=$(date +%s)
+    left=$(limit 100000)
+    if [ "$script" = bench_scan ]; then share=$((left * 6 / 10)); else share=$left; fi
+    blim=$BENCH_TIMEOUT
+    [ "$share" -lt "$blim" ] && blim=$share
+    if [ "$blim" -lt 45 ]; then
+      note "$script: not run, only ${blim}s left (run again with STAGES=bench)"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    eval timeout "$blim" python3 benchmarks/$script.py --device cuda --out "$OUT" \
+      --budget-s $((blim - 20)) ${BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
+    rc=$?
+    note "$script: rc=$rc ($(($(date +%s) - tb)) s)"
+    [ $rc -ne 0 ] && grep -E "Error|error" "$OUT/bench.log" | tail -5
+  done
+fi
+
+rm -f "$OUT"/*.tmp
+# the caller sees the last lines: the results table first, then the stage statuses
+{
+  for f in "$OUT"/*.json; do
+    [ -e "$f" ] && python3 benchmarks/harness.py --summarize "$f" --width "${SUMMARY_WIDTH:-125}"
+  done
+  echo "== stages ($(elapsed) s in all)"
+  cat "$SUMMARY"
+} >"$SUMMARY.new" 2>&1
+mv "$SUMMARY.new" "$SUMMARY"
+echo
+cat "$SUMMARY"
+echo "files in OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
