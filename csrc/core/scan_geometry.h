@@ -17,14 +17,16 @@ struct RowIndexer {
   int64_t strides[kMaxRowDims] = {};
   int64_t stride_len = 1;  // element stride along the scanned dimension
 
+  // Row-major decomposition of `row`; the outermost dimension needs no division, so a
+  // single collapsed dimension (dense rows) costs one multiply.
   PP_HD int64_t row_offset(int64_t row) const {
     int64_t offset = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
+    for (int d = ndim - 1; d > 0; --d) {
       const int64_t size = sizes[d];
       offset += (row % size) * strides[d];
       row /= size;
     }
-    return offset;
+    return ndim > 0 ? offset + row * strides[0] : offset;
   }
   PP_HD int64_t offset(int64_t row, int64_t pos) const {
     return row_offset(row) + pos * stride_len;

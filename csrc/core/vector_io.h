@@ -10,6 +10,7 @@
 
 namespace parprims {
 
+#if defined(__CUDACC__)
 namespace detail {
 template <int kBytes>
 struct WideWord;
@@ -32,6 +33,7 @@ constexpr int wide_bytes() {
   return total % 16 == 0 ? 16 : total % 8 == 0 ? 8 : total % 4 == 0 ? 4 : 0;
 }
 }  // namespace detail
+#endif
 
 template <int N, class T>
 PP_HD bool load_wide(const T* p, T (&out)[N]) {

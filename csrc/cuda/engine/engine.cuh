@@ -57,8 +57,8 @@ struct Engine {
       const int64_t tiles = (total + K::kTile - 1) / K::kTile;
       auto state = make_tile_state<typename K::Lifted>(like, tiles, workspace);
       // Wide accesses are tried on every run inside one row; the problem declines strided ones.
-      const bool dense = !wide_access_disabled();
-      flat_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, stream>>>(problem, g, state, total, dense);
+      const bool wide = !wide_access_disabled();
+      flat_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, stream>>>(problem, g, state, total, wide);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }

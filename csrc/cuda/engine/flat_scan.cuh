@@ -53,7 +53,10 @@ struct FlatScan {
   static __device__ __forceinline__ RunStart locate(const ScanGeometry& g, int64_t flat, int64_t lo,
                                                     int64_t hi) {
     RunStart r;
-    r.row = flat / g.len;
+    // 32-bit division when the sizes allow: a 64-bit one costs about as much as a tile's scan.
+    r.row = (flat >> 32) == 0 && (g.len >> 32) == 0
+                ? static_cast<int64_t>(static_cast<uint32_t>(flat) / static_cast<uint32_t>(g.len))
+                : flat / g.len;
     r.pos = flat - r.row * g.len;
     r.walker.seek(g, r.pos, lo, hi);
     return r;
@@ -81,53 +84,117 @@ struct FlatScan {
     }
   }
 
+  // ---- loading a thread's run of kItems positions ----
+
+  // The common case: the run lies inside one row and no packed sequences cut it, so only its
+  // first position can start a segment; plain indexing, wide accesses where possible.
+  static __device__ __forceinline__ void load_simple(const P& problem, const ScanGeometry& g,
+                                                     const RunStart& start, bool wide, Lifted (&items)[kItems]) {
+    const auto cursor = problem.cursor(start.row);
+    const int64_t lo = g.reverse ? g.len - start.pos - kItems : start.pos;  // physical
+    Value values[kItems];
+    if (!(wide && problem.template load_run<kItems>(cursor, lo, values))) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) values[k] = problem.load(cursor, lo + k);
+    }
+    if (g.reverse) reverse_items(values);
+    const bool head = start.pos == 0;
+    items[0] = Lifted{head ? problem.at_head(values[0], start.row, 0) : values[0], head};
+#pragma unroll
+    for (int k = 1; k < kItems; ++k) items[k] = Lifted{values[k], false};
+  }
+
+  // Anything else: runs across rows, packed sequences, the ragged end.
+  static __device__ __forceinline__ void load_general(const P& problem, const ScanGeometry& g,
+                                                      const RunStart& start, int64_t first, int64_t total,
+                                                      Lifted (&items)[kItems]) {
+    RunStart at = start;
+    auto cursor = problem.cursor(at.row);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (first + k >= total) {
+        items[k] = Seg::identity();
+        continue;
+      }
+      const bool head = k == 0 ? at.walker.starts_segment(g, at.pos) : advance(problem, g, at, cursor);
+      Value v = problem.load(cursor, g.physical_pos(at.pos));
+      if (head) v = problem.at_head(v, at.row, g.physical_segment(at.walker.segment));
+      items[k] = Lifted{v, head};
+    }
+  }
+
+  // Moves `at` one position on (into the next row if needed); true when that starts a segment.
+  template <class Cursor>
+  static __device__ __forceinline__ bool advance(const P& problem, const ScanGeometry& g, RunStart& at,
+                                                 Cursor& cursor) {
+    if (++at.pos != g.len) return at.walker.enter(g, at.pos);
+    at.pos = 0;
+    ++at.row;
+    at.walker.seek(g, 0);
+    cursor = problem.cursor(at.row);
+    return true;
+  }
+
+  // ---- writing the outputs from the thread's carry-in ----
+
+  static __device__ __forceinline__ void store_simple(const P& problem, const ScanGeometry& g,
+                                                      const RunStart& start, bool wide, Lifted running,
+                                                      const Lifted (&items)[kItems]) {
+    Value outs[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const Value exclusive = (k == 0 && items[0].head) ? problem.exclusive_head(start.row, 0) : running.value;
+      running = Seg::combine(running, items[k]);
+      outs[k] = g.exclusive ? exclusive : running.value;
+    }
+    if (problem.has_final && start.pos + kItems == g.len) problem.store_final(start.row, 0, running.value);
+    if (g.reverse) reverse_items(outs);
+    const auto cursor = problem.cursor(start.row);
+    const int64_t lo = g.reverse ? g.len - start.pos - kItems : start.pos;
+    if (!(wide && problem.template store_run<kItems>(cursor, lo, outs))) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) problem.store(cursor, lo + k, outs[k]);
+    }
+  }
+
+  static __device__ __forceinline__ void store_general(const P& problem, const ScanGeometry& g,
+                                                       const RunStart& start, int64_t first, int64_t total,
+                                                       Lifted running, const Lifted (&items)[kItems]) {
+    RunStart at = start;
+    auto cursor = problem.cursor(at.row);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (first + k >= total) break;
+      if (k > 0) advance(problem, g, at, cursor);
+      const int64_t pseg = g.physical_segment(at.walker.segment);
+      const Value exclusive = items[k].head ? problem.exclusive_head(at.row, pseg) : running.value;
+      running = Seg::combine(running, items[k]);
+      problem.store(cursor, g.physical_pos(at.pos), g.exclusive ? exclusive : running.value);
+      if (problem.has_final && at.walker.is_last(at.pos)) problem.store_final(at.row, pseg, running.value);
+    }
+  }
+
+  // ---- the tile ----
+
   static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Lifted>& state,
-                             int64_t total, bool dense) {
+                             int64_t total, bool wide) {
     __shared__ SharedStorage smem;
     if (threadIdx.x == 0) smem.tile = atomicAdd(state.counter, 1ull);
     __syncthreads();
     const int64_t tile = static_cast<int64_t>(smem.tile);
     const int64_t first = tile * kTile + static_cast<int64_t>(threadIdx.x) * kItems;
-    narrow_segments(smem, g, tile, total);
-    __syncthreads();
+    const bool packed = g.segments.offsets != nullptr;
+    if (packed) {
+      narrow_segments(smem, g, tile, total);
+      __syncthreads();
+    }
 
-    // ---- load kItems consecutive positions, with their head flags ----
     Lifted items[kItems];
     RunStart start{};
-    if (first < total) start = locate(g, first, smem.segment_range[0], smem.segment_range[1]);
-    // A run inside one row of a dense layout is read and written with wide accesses.
-    const bool wide = dense && first + kItems <= total && start.pos + kItems <= g.len;
-    const int64_t wide_lo = g.reverse ? g.len - start.pos - kItems : start.pos;  // physical
-    {
-      RunStart at = start;
-      auto cursor = problem.cursor(at.row);
-      Value values[kItems];
-      bool have_values = wide && problem.template load_run<kItems>(cursor, wide_lo, values);
-      if (have_values && g.reverse) reverse_items(values);
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t flat = first + k;
-        if (flat >= total) {
-          items[k] = Seg::identity();
-          continue;
-        }
-        bool head;
-        if (k == 0) {
-          head = at.walker.starts_segment(g, at.pos);
-        } else if (++at.pos == g.len) {
-          at.pos = 0;
-          ++at.row;
-          at.walker.seek(g, 0);
-          cursor = problem.cursor(at.row);
-          head = true;
-        } else {
-          head = at.walker.enter(g, at.pos);
-        }
-        Value v = have_values ? values[k] : problem.load(cursor, g.physical_pos(at.pos));
-        if (head) v = problem.at_head(v, at.row, g.physical_segment(at.walker.segment));
-        items[k] = Lifted{v, head};
-      }
-    }
+    if (first < total) start = locate(g, first, packed ? smem.segment_range[0] : 0, packed ? smem.segment_range[1] : 0);
+    const bool simple = !packed && first + kItems <= total && start.pos + kItems <= g.len;
+    if (simple) load_simple(problem, g, start, wide, items);
+    else load_general(problem, g, start, first, total, items);
     if (threadIdx.x == 0) smem.starts_with_head = first < total && items[0].head;
 
     // ---- thread totals -> block scan -> tile carry-in through the look-back ----
@@ -139,11 +206,7 @@ struct FlatScan {
 
     if (threadIdx.x < 32) {
       Lifted tile_prefix = Seg::identity();
-      if (tile == 0 || tile_total.head) {
-        if (threadIdx.x == 0) state.publish(tile, tile_total, kPrefix);
-      } else if (threadIdx.x == 0) {
-        state.publish(tile, tile_total, kAggregate);
-      }
+      if (threadIdx.x == 0) state.publish(tile, tile_total, (tile == 0 || tile_total.head) ? kPrefix : kAggregate);
       if (tile > 0 && !smem.starts_with_head) {
         tile_prefix = look_back_warp<Seg>(state, tile, 0, 1);
         if (threadIdx.x == 0 && !tile_total.head) {
@@ -154,41 +217,10 @@ struct FlatScan {
     }
     __syncthreads();
 
-    // ---- outputs: rescan the registers from the carry-in ----
     if (first >= total) return;
-    Lifted running = Seg::combine(smem.tile_prefix.value, thread_prefix);
-    RunStart at = start;
-    const auto first_cursor = problem.cursor(at.row);
-    auto cursor = first_cursor;
-    Value outs[kItems];
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (first + k >= total) break;
-      if (k > 0) {
-        if (++at.pos == g.len) {
-          at.pos = 0;
-          ++at.row;
-          at.walker.seek(g, 0);
-          cursor = problem.cursor(at.row);
-        } else {
-          at.walker.enter(g, at.pos);
-        }
-      }
-      const int64_t pseg = g.physical_segment(at.walker.segment);
-      const Value exclusive = items[k].head ? problem.exclusive_head(at.row, pseg) : running.value;
-      running = Seg::combine(running, items[k]);
-      const Value out = g.exclusive ? exclusive : running.value;
-      if (wide) outs[k] = out;
-      else problem.store(cursor, g.physical_pos(at.pos), out);
-      if (problem.has_final && at.walker.is_last(at.pos)) problem.store_final(at.row, pseg, running.value);
-    }
-    if (wide) {
-      if (g.reverse) reverse_items(outs);
-      if (!problem.template store_run<kItems>(first_cursor, wide_lo, outs)) {
-#pragma unroll
-        for (int k = 0; k < kItems; ++k) problem.store(first_cursor, wide_lo + k, outs[k]);
-      }
-    }
+    const Lifted running = Seg::combine(smem.tile_prefix.value, thread_prefix);
+    if (simple) store_simple(problem, g, start, wide, running, items);
+    else store_general(problem, g, start, first, total, running, items);
   }
 };
 
@@ -196,8 +228,8 @@ template <class P>
 __global__ void __launch_bounds__(FlatScan<P>::kThreads)
     flat_scan_kernel(const P problem, const ScanGeometry g,
                      const TileState<typename FlatScan<P>::Lifted> state, int64_t total,
-                     bool dense) {
-  FlatScan<P>::run(problem, g, state, total, dense);
+                     bool wide) {
+  FlatScan<P>::run(problem, g, state, total, wide);
 }
 
 }  // namespace parprims::cuda
