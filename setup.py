@@ -28,7 +28,7 @@ def sources(pattern):
 def extension():
     from torch.utils import cpp_extension
 
-    cxx = ["-O3", "-fvisibility=hidden"]
+    cxx = ["-O3"]
     srcs = sources("csrc/registration.cpp") + sources("csrc/host/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return cpp_extension.CppExtension(

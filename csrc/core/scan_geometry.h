@@ -51,6 +51,10 @@ struct ScanGeometry {
   int64_t len = 0;
   bool exclusive = false;
   bool reverse = false;  // scan from the end: an index mapping, never another kernel
+  // Same rounding on every run: a tile takes its carry-in only from its predecessor's prefix
+  // (a serial chain) instead of whatever predecessors have published (torch's
+  // use_deterministic_algorithms). Integers are exact either way.
+  bool deterministic = false;
   SegmentSpec segments;
 
   PP_HD int64_t physical_pos(int64_t logical_pos) const {

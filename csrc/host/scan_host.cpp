@@ -1,5 +1,7 @@
 #include "scan_host.h"
 
+#include <ATen/Context.h>
+
 #include <atomic>
 #include <cstdlib>
 
@@ -114,6 +116,7 @@ ScanGeometry make_geometry(int64_t rows, int64_t len, const c10::optional<at::Te
   g.len = len;
   g.exclusive = exclusive;
   g.reverse = reverse;
+  g.deterministic = at::globalContext().deterministicAlgorithms();
   if (offsets.has_value()) {
     g.segments.offsets = offsets->data_ptr();
     g.segments.offsets_are_int64 = offsets->scalar_type() == at::kLong;

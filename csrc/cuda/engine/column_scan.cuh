@@ -84,7 +84,8 @@ struct ColumnScan {
         state.publish(slot, tile_total, kAggregate);
       }
       if (chunk > 0 && !starts_with_head) {
-        tile_prefix = look_back_thread<Seg>(state, slot, group * 32 + lane, groups * 32);
+        tile_prefix = g.deterministic ? wait_for_prefix<Seg>(state, slot - groups * 32)
+                                      : look_back_thread<Seg>(state, slot, group * 32 + lane, groups * 32);
         if (!tile_total.head) state.publish(slot, Seg::combine(tile_prefix, tile_total), kPrefix);
       }
       smem.tile_prefix[lane].value = tile_prefix;

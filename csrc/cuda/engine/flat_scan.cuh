@@ -35,7 +35,7 @@ struct FlatScan {
   using Seg = Segmented<M>;
   using Lifted = typename Seg::value_type;
   using Value = typename P::Value;
-  using Policy = FlatPolicy<Lifted>;
+  using Policy = FlatPolicy<Value>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
@@ -84,42 +84,50 @@ struct FlatScan {
     }
   }
 
+  // A thread's run: kItems values and a bit mask of the ones that start a segment.
+  struct Run {
+    Value values[kItems];
+    uint32_t heads;
+  };
+  static_assert(kItems <= 32, "head masks hold 32 items");
+
   // ---- loading a thread's run of kItems positions ----
 
   // The common case: the run lies inside one row and no packed sequences cut it, so only its
   // first position can start a segment; plain indexing, wide accesses where possible.
   static __device__ __forceinline__ void load_simple(const P& problem, const ScanGeometry& g,
-                                                     const RunStart& start, bool wide, Lifted (&items)[kItems]) {
+                                                     const RunStart& start, bool wide, Run& run) {
     const auto cursor = problem.cursor(start.row);
     const int64_t lo = g.reverse ? g.len - start.pos - kItems : start.pos;  // physical
-    Value values[kItems];
-    if (!(wide && problem.template load_run<kItems>(cursor, lo, values))) {
+    if (!(wide && problem.template load_run<kItems>(cursor, lo, run.values))) {
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) values[k] = problem.load(cursor, lo + k);
+      for (int k = 0; k < kItems; ++k) run.values[k] = problem.load(cursor, lo + k);
     }
-    if (g.reverse) reverse_items(values);
-    const bool head = start.pos == 0;
-    items[0] = Lifted{head ? problem.at_head(values[0], start.row, 0) : values[0], head};
-#pragma unroll
-    for (int k = 1; k < kItems; ++k) items[k] = Lifted{values[k], false};
+    if (g.reverse) reverse_items(run.values);
+    run.heads = start.pos == 0 ? 1u : 0u;
+    if (run.heads) run.values[0] = problem.at_head(run.values[0], start.row, 0);
   }
 
   // Anything else: runs across rows, packed sequences, the ragged end.
   static __device__ __forceinline__ void load_general(const P& problem, const ScanGeometry& g,
                                                       const RunStart& start, int64_t first, int64_t total,
-                                                      Lifted (&items)[kItems]) {
+                                                      Run& run) {
     RunStart at = start;
     auto cursor = problem.cursor(at.row);
+    run.heads = 0;
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if (first + k >= total) {
-        items[k] = Seg::identity();
+        run.values[k] = M::identity();
         continue;
       }
       const bool head = k == 0 ? at.walker.starts_segment(g, at.pos) : advance(problem, g, at, cursor);
       Value v = problem.load(cursor, g.physical_pos(at.pos));
-      if (head) v = problem.at_head(v, at.row, g.physical_segment(at.walker.segment));
-      items[k] = Lifted{v, head};
+      if (head) {
+        v = problem.at_head(v, at.row, g.physical_segment(at.walker.segment));
+        run.heads |= 1u << k;
+      }
+      run.values[k] = v;
     }
   }
 
@@ -135,31 +143,48 @@ struct FlatScan {
     return true;
   }
 
+  // The run's total under the segmented lift (a segment start inside resets it).
+  static __device__ __forceinline__ Lifted run_total(const Run& run, bool simple) {
+    Lifted total{run.values[0], (run.heads & 1u) != 0};
+    if (simple) {  // only the first item can start a segment: a plain fold
+#pragma unroll
+      for (int k = 1; k < kItems; ++k) total.value = M::combine(total.value, run.values[k]);
+    } else {
+#pragma unroll
+      for (int k = 1; k < kItems; ++k) total = Seg::combine(total, Lifted{run.values[k], ((run.heads >> k) & 1u) != 0});
+    }
+    return total;
+  }
+
   // ---- writing the outputs from the thread's carry-in ----
 
   static __device__ __forceinline__ void store_simple(const P& problem, const ScanGeometry& g,
-                                                      const RunStart& start, bool wide, Lifted running,
-                                                      const Lifted (&items)[kItems]) {
-    Value outs[kItems];
+                                                      const RunStart& start, bool wide, Value carry, Run& run) {
+    // Outputs overwrite the values in place.
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const Value exclusive = (k == 0 && items[0].head) ? problem.exclusive_head(start.row, 0) : running.value;
-      running = Seg::combine(running, items[k]);
-      outs[k] = g.exclusive ? exclusive : running.value;
+      Value exclusive = carry;
+      if (k == 0 && run.heads) {
+        exclusive = problem.exclusive_head(start.row, 0);
+        carry = run.values[0];
+      } else {
+        carry = M::combine(carry, run.values[k]);
+      }
+      run.values[k] = g.exclusive ? exclusive : carry;
     }
-    if (problem.has_final && start.pos + kItems == g.len) problem.store_final(start.row, 0, running.value);
-    if (g.reverse) reverse_items(outs);
+    if (problem.has_final && start.pos + kItems == g.len) problem.store_final(start.row, 0, carry);
+    if (g.reverse) reverse_items(run.values);
     const auto cursor = problem.cursor(start.row);
     const int64_t lo = g.reverse ? g.len - start.pos - kItems : start.pos;
-    if (!(wide && problem.template store_run<kItems>(cursor, lo, outs))) {
+    if (!(wide && problem.template store_run<kItems>(cursor, lo, run.values))) {
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) problem.store(cursor, lo + k, outs[k]);
+      for (int k = 0; k < kItems; ++k) problem.store(cursor, lo + k, run.values[k]);
     }
   }
 
   static __device__ __forceinline__ void store_general(const P& problem, const ScanGeometry& g,
                                                        const RunStart& start, int64_t first, int64_t total,
-                                                       Lifted running, const Lifted (&items)[kItems]) {
+                                                       Lifted running, const Run& run) {
     RunStart at = start;
     auto cursor = problem.cursor(at.row);
 #pragma unroll
@@ -167,8 +192,9 @@ struct FlatScan {
       if (first + k >= total) break;
       if (k > 0) advance(problem, g, at, cursor);
       const int64_t pseg = g.physical_segment(at.walker.segment);
-      const Value exclusive = items[k].head ? problem.exclusive_head(at.row, pseg) : running.value;
-      running = Seg::combine(running, items[k]);
+      const bool head = ((run.heads >> k) & 1u) != 0;
+      const Value exclusive = head ? problem.exclusive_head(at.row, pseg) : running.value;
+      running = Seg::combine(running, Lifted{run.values[k], head});
       problem.store(cursor, g.physical_pos(at.pos), g.exclusive ? exclusive : running.value);
       if (problem.has_final && at.walker.is_last(at.pos)) problem.store_final(at.row, pseg, running.value);
     }
@@ -189,26 +215,24 @@ struct FlatScan {
       __syncthreads();
     }
 
-    Lifted items[kItems];
+    Run run;
     RunStart start{};
     if (first < total) start = locate(g, first, packed ? smem.segment_range[0] : 0, packed ? smem.segment_range[1] : 0);
     const bool simple = !packed && first + kItems <= total && start.pos + kItems <= g.len;
-    if (simple) load_simple(problem, g, start, wide, items);
-    else load_general(problem, g, start, first, total, items);
-    if (threadIdx.x == 0) smem.starts_with_head = first < total && items[0].head;
+    if (simple) load_simple(problem, g, start, wide, run);
+    else load_general(problem, g, start, first, total, run);
+    if (threadIdx.x == 0) smem.starts_with_head = first < total && (run.heads & 1u);
 
     // ---- thread totals -> block scan -> tile carry-in through the look-back ----
-    Lifted thread_total = items[0];
-#pragma unroll
-    for (int k = 1; k < kItems; ++k) thread_total = Seg::combine(thread_total, items[k]);
     Lifted tile_total;
-    const Lifted thread_prefix = BlockScan<Seg, kThreads>::exclusive(smem.scan, thread_total, tile_total);
+    const Lifted thread_prefix = BlockScan<Seg, kThreads>::exclusive(smem.scan, run_total(run, simple), tile_total);
 
     if (threadIdx.x < 32) {
       Lifted tile_prefix = Seg::identity();
       if (threadIdx.x == 0) state.publish(tile, tile_total, (tile == 0 || tile_total.head) ? kPrefix : kAggregate);
       if (tile > 0 && !smem.starts_with_head) {
-        tile_prefix = look_back_warp<Seg>(state, tile, 0, 1);
+        tile_prefix = g.deterministic ? shfl_idx(threadIdx.x == 0 ? wait_for_prefix<Seg>(state, tile - 1) : Seg::identity(), 0)
+                                      : look_back_warp<Seg>(state, tile, 0, 1);
         if (threadIdx.x == 0 && !tile_total.head) {
           state.publish(tile, Seg::combine(tile_prefix, tile_total), kPrefix);
         }
@@ -219,8 +243,8 @@ struct FlatScan {
 
     if (first >= total) return;
     const Lifted running = Seg::combine(smem.tile_prefix.value, thread_prefix);
-    if (simple) store_simple(problem, g, start, wide, running, items);
-    else store_general(problem, g, start, first, total, running, items);
+    if (simple) store_simple(problem, g, start, wide, running.value, run);
+    else store_general(problem, g, start, first, total, running, run);
   }
 };
 

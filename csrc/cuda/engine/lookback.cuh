@@ -99,6 +99,18 @@ __device__ __forceinline__ typename Seg::value_type look_back_warp(
   return prefix;
 }
 
+// The deterministic carry-in: the predecessor's inclusive prefix and nothing else, so that the
+// rounding never depends on timing (a serial chain; slower for rows of many tiles).
+template <class Seg>
+__device__ __forceinline__ typename Seg::value_type wait_for_prefix(
+    const TileState<typename Seg::value_type>& state, int64_t pred) {
+  while (true) {
+    bool is_prefix;
+    const auto v = state.wait(pred, is_prefix);
+    if (is_prefix || v.head) return v;  // an aggregate that starts a segment is its own prefix
+  }
+}
+
 // Per-thread look-back, for kernels whose lanes scan unrelated rows (the column kernel):
 // walks back one predecessor at a time (`step` apart) until a prefix or a segment start.
 template <class Seg>

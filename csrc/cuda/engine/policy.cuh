@@ -5,11 +5,19 @@
 
 namespace parprims::cuda {
 
-template <class Lifted>
+// Items per thread follow the size of the scanned value: more items amortize the block scan
+// and look-back over more elements (thread coarsening), fewer keep registers bounded.
+template <class Value>
+constexpr int items_for() {
+  constexpr int bytes = static_cast<int>(sizeof(Value));
+  return bytes <= 4 ? 16 : bytes <= 8 ? 8 : bytes <= 16 ? 4 : bytes <= 32 ? 2 : 1;
+}
+
+template <class Value>
 struct FlatPolicy {
-  static constexpr int kBytes = static_cast<int>(sizeof(Lifted));
-  static constexpr int kThreads = kBytes > 64 ? 64 : 256;
-  static constexpr int kItems = kBytes <= 8 ? 8 : kBytes <= 16 ? 4 : kBytes <= 32 ? 2 : 1;
+  static constexpr int kBytes = static_cast<int>(sizeof(Value));
+  static constexpr int kItems = items_for<Value>();
+  static constexpr int kThreads = kBytes > 64 ? 64 : kBytes <= 4 ? 128 : 256;
   static constexpr int kTile = kThreads * kItems;
 };
 
