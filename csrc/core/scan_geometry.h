@@ -23,8 +23,12 @@ struct RowIndexer {
     int64_t offset = 0;
     for (int d = ndim - 1; d > 0; --d) {
       const int64_t size = sizes[d];
-      offset += (row % size) * strides[d];
-      row /= size;
+      // 32-bit division when it fits: a 64-bit one is several times dearer on a GPU.
+      const int64_t quotient = ((row | size) >> 32) == 0
+                                   ? static_cast<int64_t>(static_cast<uint32_t>(row) / static_cast<uint32_t>(size))
+                                   : row / size;
+      offset += (row - quotient * size) * strides[d];
+      row = quotient;
     }
     return ndim > 0 ? offset + row * strides[0] : offset;
   }

@@ -15,7 +15,7 @@ struct ColumnScan {
   using M = typename P::Monoid;
   using Seg = Segmented<M>;
   using Lifted = typename Seg::value_type;
-  using Policy = ColumnPolicy<Lifted>;
+  using Policy = ColumnPolicy<typename P::Value>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kWarps = Policy::kWarps;
   static constexpr int kItems = Policy::kItems;

@@ -10,24 +10,24 @@ namespace parprims::cuda {
 template <class Value>
 constexpr int items_for() {
   constexpr int bytes = static_cast<int>(sizeof(Value));
-  return bytes <= 4 ? 16 : bytes <= 8 ? 8 : bytes <= 16 ? 4 : bytes <= 32 ? 2 : 1;
+  return bytes <= 4 ? 32 : bytes <= 8 ? 16 : bytes <= 16 ? 8 : bytes <= 32 ? 4 : bytes <= 64 ? 2 : 1;
 }
 
 template <class Value>
 struct FlatPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Value));
   static constexpr int kItems = items_for<Value>();
-  static constexpr int kThreads = kBytes > 64 ? 64 : kBytes <= 4 ? 128 : 256;
+  static constexpr int kThreads = kBytes > 64 ? 64 : 128;
   static constexpr int kTile = kThreads * kItems;
 };
 
 // Column scans: 32 neighbouring rows per warp (one per lane), kWarps warps stacked along the
 // scanned dimension, kItems positions per thread.
-template <class Lifted>
+template <class Value>
 struct ColumnPolicy {
-  static constexpr int kBytes = static_cast<int>(sizeof(Lifted));
+  static constexpr int kBytes = static_cast<int>(sizeof(Value));
   static constexpr int kWarps = kBytes > 256 ? 1 : kBytes > 64 ? 2 : 8;
-  static constexpr int kItems = kBytes <= 8 ? 8 : kBytes <= 16 ? 4 : kBytes <= 32 ? 2 : 1;
+  static constexpr int kItems = items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kChunk = kWarps * kItems;  // positions per tile
 };
