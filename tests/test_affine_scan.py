@@ -1,0 +1,333 @@
+"""affine_scan (h_t = a_t h_{t-1} + b_t) and _affine_scan_exclusive, from one sample table."""
+import itertools
+import math
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import pytest
+import torch
+
+import torch_parprims as pp
+from torch_parprims import reference as ref
+
+from helpers import (
+    BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, grad_leaf, grad_weights,
+    magnitude, make_offsets, slow, with_layout, NONDET_TOL)
+
+_ops = torch.ops.parprims
+
+
+@dataclass(frozen=True)
+class AffineSample:
+    shape: tuple  # b's shape; with `lengths`, the packed dimension's size is replaced by the total
+    dim: int = -1
+    a_spec: Optional[str] = None  # broadcast a: one letter per trailing dim of b, "1" = size 1, "x" = kept
+    dtype: torch.dtype = torch.float32
+    init: str = "none"  # none | state (float32 for half inputs) | input (the input dtype)
+    lengths: Optional[str] = None  # a key of helpers.LENGTH_PATTERNS: packed sequences
+    reverse: bool = False
+    log_gates: bool = False
+    exclusive: bool = False  # _affine_scan_exclusive
+    view: str = "contiguous"  # layout of b
+    slow: bool = False
+    check: bool = False
+    compile: bool = False
+
+    def __str__(self):
+        flags = "".join(c for c, on in (("E", self.exclusive), ("R", self.reverse), ("L", self.log_gates)) if on)
+        shape = "x".join(map(str, self.shape))
+        return (f"{shape}-d{self.dim}-a{self.a_spec or 'full'}-{str(self.dtype)[6:]}-init_{self.init}-"
+                f"{self.lengths or 'rows'}-{flags or 'I'}-{self.view}")
+
+    @property
+    def complex(self):
+        return self.dtype.is_complex
+
+    def make(self, device):
+        """(a, b, initial_state, offsets)"""
+        shape = list(self.shape)
+        dim = self.dim % len(shape)
+        offsets = None
+        if self.lengths:
+            lengths = LENGTH_PATTERNS[self.lengths]()
+            shape[dim] = sum(lengths)
+            offsets = make_offsets(lengths, device=device)
+        a_shape = list(shape)
+        if self.a_spec:
+            a_shape = [1 if c == "1" else n for c, n in zip(self.a_spec, shape[len(shape) - len(self.a_spec):])]
+        a = draw_gates(a_shape, self.dtype, self.log_gates, device)
+        b = draw_values(shape, self.dtype, device)
+        b = with_layout(b, self.view, dim)
+        h0 = None
+        if self.init != "none":
+            state = [n for i, n in enumerate(shape) if i != dim]
+            if offsets is not None:
+                state.insert(0, offsets.numel() - 1)
+            sdtype = torch.float32 if (self.dtype in HALF and self.init == "state") else self.dtype
+            h0 = draw_values(state, sdtype, device)
+        return a, b, h0, offsets
+
+    def run(self, a, b, h0, offsets):
+        fn = _ops._affine_scan_exclusive if self.exclusive else _ops.affine_scan
+        return fn(a, b, self.dim, h0, offsets, self.reverse, self.log_gates)
+
+    def reference(self, a, b, h0, offsets):
+        return ref.affine_scan(a, b, self.dim, h0, offsets, self.reverse, self.log_gates, self.exclusive)
+
+    def scale(self, a, b, h0, offsets):
+        """The magnitude of the error bound: the same recurrence over |a|, |b|, |h0|."""
+        gates = a.to(ref.wide_dtype(a.dtype))
+        gates = gates.exp() if self.log_gates else gates
+        h, f = ref.affine_scan(gates.abs(), b.abs(), self.dim, None if h0 is None else h0.abs(), offsets,
+                               self.reverse, False, self.exclusive)
+        return h.cpu(), f.cpu()
+
+
+def draw_gates(shape, dtype, log_gates, device):
+    """Gates of modulus in [0.3, 1) (a fifth of the real ones negative), or their logs."""
+    r = 0.3 + 0.7 * torch.rand(shape, dtype=torch.float64)
+    if dtype.is_complex:
+        theta = 2 * math.pi * torch.rand(shape, dtype=torch.float64)
+        a = torch.complex(r.log(), theta) if log_gates else torch.polar(r, theta)
+    else:
+        a = r.log() if log_gates else r * torch.where(torch.rand(shape) < 0.2, -1.0, 1.0).double()
+    return a.to(dtype).to(device)
+
+
+def draw_values(shape, dtype, device):
+    x = torch.randn(shape, dtype=torch.float64)
+    if dtype.is_complex:
+        x = torch.complex(x, torch.randn(shape, dtype=torch.float64))
+    return x.to(dtype).to(device)
+
+
+def _samples():
+    S = AffineSample
+    out = []
+    # Directions, exclusive, log gates, states on a (B, C, T) tensor; a few are opcheck'ed.
+    for ex, rv, lg in itertools.product((False, True), repeat=3):
+        out.append(S((2, 3, 33), -1, exclusive=ex, reverse=rv, log_gates=lg, init="state" if rv else "none",
+                     check=(ex, lg) == (rv, False)))
+    # Odd lengths.
+    for n in (0, 1, 31, 32, 33, 2047, 2048, 2049):
+        out.append(S((2, n), -1, init="state" if n % 2 else "none", reverse=n % 3 == 0, exclusive=n == 33))
+    # Every dim, (B, T, C) with dim=1, layouts.
+    for dim, view in itertools.product((0, 1, 2, -2), ("contiguous", "transpose", "step", "expand")):
+        out.append(S((4, 37, 5), dim, view=view, init="state", reverse=view == "step", exclusive=dim == 0,
+                     check=(dim, view) == (1, "transpose")))
+    # Broadcast gates: (1, C, 1), (C, T), (1, 1, T) for b (B, C, T); (1, 1, C) for (B, T, C) dim=1.
+    out += [S((3, 4, 50), -1, "1x1", init="state"), S((3, 4, 50), -1, "xx", reverse=True, check=True),
+            S((3, 4, 50), -1, "11x", log_gates=True, exclusive=True), S((3, 50, 4), 1, "11x", init="state"),
+            S((3, 50, 4), 1, "1x1", reverse=True, view="transpose")]
+    # dtypes: half (states float32, or given in the input dtype), double, complex gates.
+    for dtype in (torch.float16, torch.bfloat16):
+        out.append(S((2, 3, 300), -1, dtype=dtype, init="state", check=dtype == torch.bfloat16))
+        out.append(S((2, 300, 3), 1, dtype=dtype, init="input", reverse=True, log_gates=True))
+    out.append(S((2, 3, 300), -1, dtype=torch.float64, init="state", exclusive=True))
+    for dtype, (rv, lg) in itertools.product((torch.complex64, torch.complex128), itertools.product((False, True), repeat=2)):
+        out.append(S((2, 3, 70), -1, dtype=dtype, init="state", reverse=rv, log_gates=lg,
+                     check=dtype == torch.complex128 and not rv and not lg))
+    # Packed sequences with per-sequence initial and final states.
+    for i, pattern in enumerate(LENGTH_PATTERNS):
+        long = pattern in LONG_PATTERNS
+        out.append(S((1,) if long else (2, 1, 3), 0 if long else 1,
+                     init="state" if i % 2 == 0 else "none", lengths=pattern, reverse=i % 3 == 0,
+                     exclusive=i % 4 == 1, log_gates=i % 5 == 2, slow=long,
+                     check=pattern == "random"))
+    out += [S((12, 3), 0, "1x", init="state", lengths="random", reverse=True, exclusive=True),
+            S((12, 2, 3), 0, init="state", lengths="leading_trailing_empty", dtype=torch.complex64),
+            S((2, 12), 1, init="input", lengths="random", dtype=torch.bfloat16, reverse=True),
+            S((12, 3), 0, init="state", lengths="huge_and_tiny", dtype=torch.float64)]
+    # Long rows: the chunked CPU path and GPU multi-tile rows.
+    n = 2 * CPU_CHUNK + 5
+    for ex, rv in itertools.product((False, True), repeat=2):
+        out.append(S((1,), 0, init="state", lengths="chunk_crossing_short", exclusive=ex, reverse=rv,
+                     slow=(ex, rv) != (True, True)))
+        out.append(S((1,), 0, init="state", lengths="chunk_crossing", exclusive=ex, reverse=rv, slow=True))
+        out.append(S((1, n), -1, init="state", exclusive=ex, reverse=rv, log_gates=ex and rv, slow=ex or rv))
+        out.append(S((GPU_MULTI_TILE + 3, 3), 0, init="state", exclusive=ex, reverse=rv, slow=True))
+    out.append(S((n, 1), 0, dtype=torch.complex64, init="state", view="step", slow=True))
+    # torch.compile samples.
+    out.append(S((2, 3, 40), -1, "1x1", dtype=torch.float64, init="state", compile=True))
+    out.append(S((6, 2), 0, init="state", lengths="random", reverse=True, log_gates=True, compile=True))
+    return out
+
+
+SAMPLES = _samples()
+
+
+def _params(samples, mark_attr=None):
+    return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
+            for s in samples]
+
+
+def _small(s):
+    return s.lengths not in BIG_PATTERNS and \
+        math.prod(s.shape) <= 2500
+
+
+def _grad_samples():
+    seen, out = set(), []
+    for s in SAMPLES:
+        if not _small(s) or s.exclusive:  # _affine_scan_exclusive is a backward helper without autograd
+            continue
+        d = replace(s, dtype=torch.complex128 if s.complex else torch.float64, init="state" if s.init != "none" else "none",
+                    check=False, compile=False)
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+# ---- reference comparison ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", _params(SAMPLES))
+def test_affine_scan_matches_reference(s, device):
+    a, b, h0, offsets = s.make(device)
+    h, final = s.run(a, b, h0, offsets)
+    rh, rf = s.reference(a, b, h0, offsets)
+    sh, sf = s.scale(a, b, h0, offsets)
+    assert h.dtype == b.dtype and h.shape == b.shape
+    assert final.dtype == (torch.float32 if s.dtype in HALF else s.dtype)
+    assert_close(h, rh, scale=sh, what="h")
+    # final_state: computed in float32 for half inputs, so held to float32 accuracy
+    assert_close(final, rf, scale=sf, what="final_state")
+    if not s.exclusive:  # the final state is the last h of each sequence
+        bounds = offsets.tolist() if offsets is not None else [0, b.size(s.dim)]
+        for k in range(len(bounds) - 1):
+            if bounds[k + 1] > bounds[k]:
+                last = h.select(s.dim, bounds[k] if s.reverse else bounds[k + 1] - 1)
+                got = final[k] if offsets is not None else final
+                assert_close(got.to(last.dtype), last, scale=0, what=f"final of sequence {k}")
+                if k > 3:
+                    break
+
+
+@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.lengths]))
+def test_affine_scan_equals_per_sequence_scans(s, device):
+    """The varlen oracle, with per-sequence initial states and final states."""
+    a, b, h0, offsets = s.make(device)
+    h, final = s.run(a, b, h0, offsets)
+    sh, sf = s.scale(a, b, h0, offsets)  # per sequence, the same as packed
+    bounds = offsets.tolist()
+    order = sorted(range(len(bounds) - 1), key=lambda k: bounds[k] - bounds[k + 1])
+    for k in sorted(set(order[:4]) | set(range(0, len(bounds) - 1, max(1, len(bounds) // 30)))):
+        lo, n = bounds[k], bounds[k + 1] - bounds[k]
+        a_k = a.narrow(s.dim, lo, n) if a.size(s.dim) > 1 else a
+        hk, fk = s.run(a_k, b.narrow(s.dim, lo, n), None if h0 is None else h0[k], None)
+        assert_close(h.narrow(s.dim, lo, n), hk, scale=sh.narrow(s.dim, lo, n), what=f"h of sequence {k}")
+        assert_close(final[k], fk, scale=sf[k], what=f"final of sequence {k}")
+
+
+def test_half_initial_state_in_either_dtype(device):
+    b = torch.randn(2, 3, 40, device=device).to(torch.bfloat16)
+    a = torch.rand(2, 3, 40, device=device).to(torch.bfloat16)
+    h0 = torch.randn(2, 3, device=device)
+    h32, f32 = pp.affine_scan(a, b, initial_state=h0)
+    h16, f16 = pp.affine_scan(a, b, initial_state=h0.to(torch.bfloat16))
+    rh, rf = ref.affine_scan(a, b, initial_state=h0.to(torch.bfloat16))
+    assert f16.dtype == torch.float32 and h16.dtype == torch.bfloat16
+    assert_close(h16, rh)
+    assert_close(f16, rf, scale=rf.abs() + 1)
+    assert_close(f32, ref.affine_scan(a, b, initial_state=h0)[1], scale=f32.abs().double() + 1)
+
+
+def test_long_sequence_with_gates_near_one(device):
+    """10^6 steps with a = 1 - 1e-6 * rand in float32, against a float64 sequential loop."""
+    n = 10 ** 6
+    a = 1 - 1e-6 * torch.rand(n)
+    b = torch.randn(n)
+    h0 = torch.randn(())
+    h, final = pp.affine_scan(a.to(device), b.to(device), 0, h0.to(device))
+    # The float64 recurrence, one step at a time (Python floats are float64), and the same
+    # recurrence over |b|: the magnitude that float32 rounding errors accumulate against.
+    state, magnitude, out, scale = float(h0), abs(float(h0)), [], []
+    for a_t, b_t in zip(a.tolist(), b.tolist()):
+        state = a_t * state + b_t
+        magnitude = a_t * magnitude + abs(b_t)
+        out.append(state)
+        scale.append(magnitude)
+    expected, scale = torch.tensor(out, dtype=torch.float64), torch.tensor(scale, dtype=torch.float64)
+    assert_close(h, expected, scale=scale)  # 1e-5 of the accumulated |b| (float32)
+    assert_close(final, expected[-1], scale=scale[-1])
+
+
+# ---- gradients ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", _params(_grad_samples()))
+def test_affine_scan_gradcheck(s, device):
+    a, b, h0, offsets = s.make(device)
+    b, to_input = grad_leaf(b)
+    a.requires_grad_()
+    inputs = (a, b) + ((h0.requires_grad_(),) if h0 is not None else ())
+    fn = lambda a, b, *h: s.run(a, to_input(b), h[0] if h else None, offsets)
+    assert torch.autograd.gradcheck(fn, inputs, fast_mode=b.numel() > 300, nondet_tol=NONDET_TOL)
+
+
+@pytest.mark.parametrize("reverse", (False, True))
+@pytest.mark.parametrize("packed", (False, True))
+def test_gradient_through_final_state_only(reverse, packed, device):
+    s = AffineSample((3, 2, 20), 0, "1xx", torch.float64, "state", "random" if packed else None, reverse)
+    if packed:
+        s = replace(s, shape=(20, 2), dim=0, a_spec="x")
+    a, b, h0, offsets = s.make(device)
+    inputs = (a.requires_grad_(), b.requires_grad_(), h0.requires_grad_())
+    assert torch.autograd.gradcheck(lambda a, b, h: s.run(a, b, h, offsets)[1], inputs, nondet_tol=NONDET_TOL)
+    # Against autograd through the reference loop.
+    grads = torch.autograd.grad(s.run(*inputs, offsets)[1].sum(), inputs)
+    ref_grads = torch.autograd.grad(s.reference(*inputs, offsets)[1].sum(), inputs)
+    for g, r, name in zip(grads, ref_grads, ("a", "b", "initial_state")):
+        assert_close(g, r, scale=r.abs() + 1, what=f"grad {name}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.complex64))
+@pytest.mark.parametrize("log_gates", (False, True))
+@pytest.mark.parametrize("reverse", (False, True))
+def test_affine_backward_matches_reference(dtype, log_gates, reverse, device):
+    s = AffineSample((2, 3, 45), -1, "x1x", dtype, "state", None, reverse, log_gates)
+    a, b, h0, _ = s.make(device)
+    inputs = (a.requires_grad_(), b.requires_grad_(), h0.requires_grad_())
+    h, f = s.run(*inputs, None)
+    wh, wf = grad_weights(h), grad_weights(f)
+    grads = torch.autograd.grad((h, f), inputs, (wh, wf))
+    wide = [t.detach().to(ref.wide_dtype(t.dtype)).requires_grad_() for t in inputs]
+    rh, rf = s.reference(*wide, None)
+    ref_grads = torch.autograd.grad((rh, rf), wide, (wh.to(rh.dtype), wf.to(rf.dtype)))
+    for g, r, x, name in zip(grads, ref_grads, inputs, ("a", "b", "initial_state")):
+        assert g.dtype == x.dtype and g.shape == x.shape
+        assert_close(g, r, scale=r.abs().max() * 4, dtype=dtype, what=f"grad {name}")
+
+
+# ---- opcheck and torch.compile -------------------------------------------------------------------
+
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
+def test_affine_scan_opcheck(s, device):
+    a, b, h0, offsets = s.make(device)
+    if not s.exclusive:  # the exclusive op is a backward helper without autograd
+        a.requires_grad_(), b.requires_grad_()
+    op = _ops._affine_scan_exclusive.default if s.exclusive else _ops.affine_scan.default
+    torch.library.opcheck(op, (a, b, s.dim, h0, offsets, s.reverse, s.log_gates), test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s) and not s.exclusive], "compile"))
+def test_affine_scan_compile(s, device):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda o, a, b, *h0: s.run(a, b, h0[0] if h0 else None, o), fullgraph=True, dynamic=True)
+    for grow in (0, 3):  # a second size: dynamic shapes
+        shape = tuple(n + grow if i == s.dim % len(s.shape) else n for i, n in enumerate(s.shape))
+        a, b, h0, offsets = replace(s, shape=shape).make(device)
+        inputs = tuple(t.requires_grad_() for t in (a, b, h0) if t is not None)
+        h, f = fn(offsets, *inputs)
+        wh, wf = grad_weights(h), grad_weights(f)
+        grads = torch.autograd.grad((h, f), inputs, (wh, wf))
+        he, fe = s.run(a, b, h0, offsets)
+        eager = torch.autograd.grad((he, fe), inputs, (wh, wf))
+        assert_close(h, he, scale=he.abs() + 1)
+        assert_close(f, fe, scale=fe.abs() + 1)
+        for g, e in zip(grads, eager):
+            assert_close(g, e, scale=magnitude(e) + 1, what="grad")

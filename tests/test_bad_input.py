@@ -1,0 +1,246 @@
+"""Every argument check raises RuntimeError with a message naming the argument."""
+import pytest
+import torch
+
+import torch_parprims as pp
+
+_ops = torch.ops.parprims
+
+
+def raises(pattern):
+    return pytest.raises(RuntimeError, match=pattern)
+
+
+def other_device(device):
+    """A device other than `device`, or skip."""
+    if device.startswith("cuda"):
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    pytest.skip("a device mismatch needs a second device (CUDA)")
+
+
+# ---- scans -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dim", (2, -3, 100))
+def test_scan_bad_dim(dim, device):
+    x = torch.randn(3, 4, device=device)
+    with raises(r"^dim: expected a dimension in \[-2, 1\].*got " + str(dim)):
+        pp.scan(x, dim)
+    with raises(r"^dim: expected a dimension"):
+        pp.segmented_scan(x, torch.tensor([0, 3], device=device), dim)
+    with raises(r"^dim: expected a dimension"):
+        _ops._scan_with_indices(x, None, dim, "max")
+    with raises(r"^dim: expected a dimension"):
+        _ops._scan_bicyclic(x.long(), x.long(), None, dim)
+
+
+@pytest.mark.parametrize("op,dtype,pattern", [
+    ("mul", torch.int32, r"^x: ops 'mul' and 'logaddexp' expect a floating"),
+    ("mul", torch.bool, r"^x: ops 'mul' and 'logaddexp' expect a floating"),
+    ("mul", torch.complex64, r"^x: ops 'mul' and 'logaddexp' expect a floating"),
+    ("logaddexp", torch.int64, r"^x: ops 'mul' and 'logaddexp' expect a floating"),
+    ("max", torch.complex64, r"^x: ops 'max' and 'min' expect"),
+    ("min", torch.complex128, r"^x: ops 'max' and 'min' expect"),
+    ("add", torch.int16, r"^x: op 'add' expects a floating, complex, int32, int64 or bool"),
+    ("add", torch.uint8, r"^x: op 'add' expects"),
+    ("max", torch.int8, r"^x: ops 'max' and 'min' expect"),
+])
+def test_scan_bad_dtype_for_op(op, dtype, pattern, device):
+    x = torch.ones(2, 5, dtype=dtype, device=device)
+    with raises(pattern):
+        pp.scan(x, 1, op)
+    with raises(pattern):
+        pp.segmented_scan(x, torch.tensor([0, 2, 5], device=device), 1, op)
+
+
+@pytest.mark.parametrize("op", ("sum", "ADD", "", "max "))
+def test_scan_bad_op_name(op, device):
+    x = torch.randn(2, 5, device=device)
+    with raises(r"^op: expected one of 'add', 'mul', 'max', 'min', 'logaddexp', got '" + op):
+        pp.scan(x, 1, op)
+    with raises(r"^op: expected one of"):
+        pp.segmented_scan(x, torch.tensor([0, 5], device=device), 1, op)
+
+
+def test_scan_with_indices_bad_op_and_dtype(device):
+    x = torch.randn(2, 5, device=device)
+    with raises(r"^op: scans with indices take 'max' or 'min', got 'add'"):
+        _ops._scan_with_indices(x, None, 1, "add")
+    with raises(r"^x: scans with indices expect a floating tensor"):
+        _ops._scan_with_indices(x.long(), None, 1, "max")
+
+
+def test_bicyclic_bad_arguments(device):
+    p = torch.randint(0, 3, (2, 5), device=device)
+    with raises(r"^p, q: expected int64 tensors"):
+        _ops._scan_bicyclic(p.int(), p, None, 1)
+    with raises(r"^p, q: expected the same shape"):
+        _ops._scan_bicyclic(p, p[:, :4], None, 1)
+    with raises(r"^p: expected at least one dimension"):
+        _ops._scan_bicyclic(p[0, 0], p[0, 0], None, 0)
+
+
+# ---- offsets -----------------------------------------------------------------------------
+
+# (a call taking offsets for data whose packed dimension has length 10)
+OFFSETS_CALLS = {
+    "segmented_scan": lambda o, dev: pp.segmented_scan(torch.randn(10, 2, device=dev), o, 0),
+    "scan_with_indices": lambda o, dev: _ops._scan_with_indices(torch.randn(2, 10, device=dev), o, 1, "max"),
+    "bicyclic": lambda o, dev: _ops._scan_bicyclic(*torch.randint(0, 3, (2, 1, 10), device=dev), o, 1),
+    "affine_scan": lambda o, dev: pp.affine_scan(torch.rand(2, 10, device=dev), torch.randn(2, 10, device=dev), 1,
+                                                 offsets=o),
+    "affine_scan_exclusive": lambda o, dev: _ops._affine_scan_exclusive(
+        torch.rand(10, device=dev), torch.randn(10, device=dev), 0, None, o, True, False),
+    "matrix_affine_scan": lambda o, dev: pp.matrix_affine_scan(
+        torch.randn(10, 2, 2, device=dev), torch.randn(10, 2, device=dev), offsets=o),
+}
+
+
+@pytest.mark.parametrize("call", list(OFFSETS_CALLS))
+@pytest.mark.parametrize("offsets,pattern", [
+    (torch.tensor([0.0, 4.0, 10.0]), r"^offsets: expected an int32 or int64 tensor, got Float"),
+    (torch.tensor([0, 4, 10], dtype=torch.int16), r"^offsets: expected an int32 or int64 tensor, got Short"),
+    (torch.tensor([[0, 4, 10]]), r"^offsets: expected a 1-D tensor of length num_sequences \+ 1"),
+    (torch.zeros(0, dtype=torch.int64), r"^offsets: expected a 1-D tensor of length num_sequences \+ 1"),
+    (torch.tensor(0), r"^offsets: expected a 1-D tensor"),
+], ids=["float", "int16", "2d", "empty", "0d"])
+def test_offsets_bad_dtype_or_shape(call, offsets, pattern, device):
+    with raises(pattern):
+        OFFSETS_CALLS[call](offsets.to(device), device)
+
+
+BAD_VALUES = [
+    ([1, 4, 10], r"^offsets: expected offsets\[0\] == 0, got 1"),
+    ([-2, 4, 10], r"^offsets: expected offsets\[0\] == 0, got -2"),
+    ([0, 6, 4, 10], r"^offsets: expected non-decreasing values"),
+    ([0, 4, 11], r"^offsets: expected offsets\[-1\] == 10 .*got 11"),
+    ([0, 4, 9], r"^offsets: expected offsets\[-1\] == 10 .*got 9"),
+    ([0, 40, 10], r"^offsets: expected non-decreasing values"),  # out of bounds in the middle
+    ([0], r"^offsets: expected offsets\[-1\] == 10 .*got 0"),
+]
+
+
+@pytest.mark.parametrize("call", list(OFFSETS_CALLS))
+@pytest.mark.parametrize("values,pattern", BAD_VALUES, ids=["first1", "first_neg", "decreasing", "last_big",
+                                                            "last_small", "middle_oob", "no_sequences"])
+@pytest.mark.parametrize("odtype", (torch.int32, torch.int64))
+def test_offsets_bad_values(call, values, pattern, odtype, device):
+    if device.startswith("cuda"):
+        pp.set_checks(True)  # CPU ops always validate; CUDA ops when asked (reset by conftest)
+    with raises(pattern):
+        OFFSETS_CALLS[call](torch.tensor(values, dtype=odtype, device=device), device)
+
+
+@pytest.mark.parametrize("values,pattern", BAD_VALUES)
+def test_check_offsets(values, pattern, device):
+    with raises(pattern):
+        pp.check_offsets(torch.tensor(values, device=device), 10)
+    pp.check_offsets(torch.tensor([0, 0, 4, 4, 10], device=device), 10)  # valid: no error
+    pp.check_offsets(torch.tensor([0], dtype=torch.int32, device=device), 0)
+    with raises(r"^offsets: expected an int32 or int64 tensor"):
+        pp.check_offsets(torch.tensor([0.0, 10.0], device=device), 10)
+
+
+def test_set_checks_round_trip():
+    assert not _ops._checks_enabled()
+    pp.set_checks(True)
+    assert _ops._checks_enabled()
+    pp.set_checks(False)
+    assert not _ops._checks_enabled()
+
+
+@pytest.mark.parametrize("call", list(OFFSETS_CALLS))
+def test_offsets_on_another_device(call, device):
+    other = other_device(device)
+    with raises(r"^offsets: expected a tensor on " + device):
+        OFFSETS_CALLS[call](torch.tensor([0, 4, 10], device=other), device)
+
+
+# ---- affine_scan and matrix_affine_scan ---------------------------------------------------------
+
+
+def _ab(device, dtype=torch.float32):
+    return torch.rand(2, 3, 10, dtype=dtype, device=device), torch.randn(2, 3, 10, dtype=dtype, device=device)
+
+
+def _Ab(device, dtype=torch.float32):
+    return torch.randn(2, 10, 3, 3, dtype=dtype, device=device), torch.randn(2, 10, 3, dtype=dtype, device=device)
+
+
+def _zeros(*shape, device, **kw):
+    return torch.zeros(*shape, device=device, **kw)
+
+
+# (a call given the device, the expected message)
+AFFINE_CASES = {
+    "init_shape": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 10, device=dev)),
+                   r"^initial_state: expected shape \[2, 3\].*got \[2, 10\]"),
+    "init_rank": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(3, device=dev)),
+                  r"^initial_state: expected shape \[2, 3\]"),
+    "init_packed": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 3, device=dev),
+                                               torch.tensor([0, 4, 10], device=dev)),
+                    r"^initial_state: expected shape \[2, 2, 3\]"),  # one state per sequence
+    "init_dim1": (lambda dev: pp.affine_scan(*_ab(dev), 1, _zeros(2, 3, device=dev)),
+                  r"^initial_state: expected shape \[2, 10\]"),
+    "init_dtype": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 3, dtype=torch.float64, device=dev)),
+                   r"^initial_state: expected dtype Float"),
+    "init_dtype_half": (lambda dev: pp.affine_scan(*_ab(dev, torch.half), -1, _zeros(2, 3, dtype=torch.bfloat16, device=dev)),
+                        r"^initial_state: expected dtype Float or Half, got BFloat16"),
+    "init_device": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 3, device=other_device(dev))),
+                    r"^initial_state: expected a tensor on"),
+    "a_not_broadcastable": (lambda dev: pp.affine_scan(torch.rand(2, 4, 10, device=dev), _ab(dev)[1]),
+                            r"^a: expected a shape broadcastable to b's \[2, 3, 10\], got \[2, 4, 10\]"),
+    "a_not_broadcastable_last": (lambda dev: pp.affine_scan(torch.rand(10, 1, device=dev), _ab(dev)[1]),
+                                 r"^a: expected a shape broadcastable"),
+    "a_more_dims": (lambda dev: pp.affine_scan(torch.rand(1, 2, 3, 10, device=dev), _ab(dev)[1]),
+                    r"^a: expected a shape broadcastable"),
+    "a_dtype": (lambda dev: pp.affine_scan(_ab(dev, torch.float64)[0], _ab(dev)[1]),
+                r"^a: expected the dtype of b \(Float\), got Double"),
+    "a_device": (lambda dev: pp.affine_scan(_ab(other_device(dev))[0], _ab(dev)[1]), r"^a: expected a tensor on"),
+    "b_int": (lambda dev: pp.affine_scan(*(t.long() for t in _ab(dev))),
+              r"^b: expected a floating or complex tensor, got Long"),
+    "b_0d": (lambda dev: pp.affine_scan(torch.rand((), device=dev), torch.randn((), device=dev), 0),
+             r"^b: expected at least one dimension"),
+    "dim": (lambda dev: pp.affine_scan(*_ab(dev), 3), r"^dim: expected a dimension in \[-3, 2\]"),
+    "dim_exclusive": (lambda dev: _ops._affine_scan_exclusive(*_ab(dev), -4, None, None, False, False),
+                      r"^dim: expected a dimension"),
+    # matrix_affine_scan
+    "matrix_d9": (lambda dev: pp.matrix_affine_scan(torch.randn(2, 10, 9, 9, device=dev), torch.randn(2, 10, 9, device=dev)),
+                  r"^b: expected a state size d in \[1, 8\] \(the last dimension\), got 9"),
+    "matrix_d0": (lambda dev: pp.matrix_affine_scan(torch.randn(2, 10, 0, 0, device=dev), torch.randn(2, 10, 0, device=dev)),
+                  r"^b: expected a state size d in \[1, 8\]"),
+    "matrix_A_not_square": (lambda dev: pp.matrix_affine_scan(torch.randn(2, 10, 3, 4, device=dev), _Ab(dev)[1]),
+                            r"^A: expected shape \(\.\.\., L, d, d\) with d = 3, got \[2, 10, 3, 4\]"),
+    "matrix_A_vector": (lambda dev: pp.matrix_affine_scan(torch.randn(2, 10, 3, device=dev), _Ab(dev)[1]),
+                        r"^A: expected shape \(\.\.\., L, d, d\)"),
+    "matrix_A_not_broadcastable": (lambda dev: pp.matrix_affine_scan(torch.randn(3, 10, 3, 3, device=dev), _Ab(dev)[1]),
+                                   r"^A: expected leading dimensions broadcastable to b's \[2, 10\], got \[3, 10\]"),
+    "matrix_A_more_dims": (lambda dev: pp.matrix_affine_scan(torch.randn(1, 2, 10, 3, 3, device=dev), _Ab(dev)[1]),
+                           r"^A: expected leading dimensions broadcastable"),
+    "matrix_A_dtype": (lambda dev: pp.matrix_affine_scan(_Ab(dev, torch.float64)[0], _Ab(dev)[1]),
+                       r"^A: expected the dtype of b"),
+    "matrix_half": (lambda dev: pp.matrix_affine_scan(*_Ab(dev, torch.half)),
+                    r"^b: matrix_affine_scan expects float32 or float64, got Half"),
+    "matrix_complex": (lambda dev: pp.matrix_affine_scan(*_Ab(dev, torch.complex64)),
+                       r"^b: matrix_affine_scan expects float32 or float64, got ComplexFloat"),
+    "matrix_b_1d": (lambda dev: pp.matrix_affine_scan(torch.randn(3, 3, device=dev), torch.randn(3, device=dev), 0),
+                    r"^b: expected shape \(\.\.\., L, d\)"),
+    "matrix_dim_state": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -1), r"^dim: expected a dimension"),
+    "matrix_dim_2": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), 2), r"^dim: expected a dimension"),
+    "matrix_init_shape": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -2, _zeros(2, 2, device=dev)),
+                          r"^initial_state: expected shape \[2, 3\]"),
+    "matrix_init_packed": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -2, _zeros(2, 3, device=dev),
+                                                             torch.tensor([0, 2, 2, 10], device=dev)),
+                           r"^initial_state: expected shape \[3, 2, 3\]"),
+    "matrix_A_device": (lambda dev: pp.matrix_affine_scan(_Ab(other_device(dev))[0], _Ab(dev)[1]),
+                        r"^A: expected a tensor on"),
+}
+
+
+@pytest.mark.parametrize("case", list(AFFINE_CASES))
+def test_affine_bad_arguments(case, device):
+    call, pattern = AFFINE_CASES[case]
+    with raises(pattern):
+        call(device)

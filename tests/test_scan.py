@@ -1,0 +1,280 @@
+"""scan: reference comparison, gradcheck, opcheck and torch.compile from one sample table."""
+import itertools
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+
+import torch_parprims as pp
+from torch_parprims import reference as ref
+
+from helpers import (
+    COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, VIEWS, assert_close, draw, finite_mask_fn,
+    grad_leaf, grad_weights, magnitude, numel, scan_scale, slow, with_layout, NONDET_TOL)
+
+OPS = ("add", "mul", "max", "min", "logaddexp")
+SIZES = (0, 1, 31, 32, 33, 2047, 2048, 2049)
+
+
+@dataclass(frozen=True)
+class ScanSample:
+    shape: tuple
+    dim: int = -1
+    op: str = "add"
+    dtype: torch.dtype = torch.float32
+    exclusive: bool = False
+    reverse: bool = False
+    view: str = "contiguous"
+    values: str = "normal"  # normal | nan | inf | ties | zeros (see helpers.draw)
+    slow: bool = False  # only in the exhaustive run
+    check: bool = False  # opcheck in the default run
+    compile: bool = False  # torch.compile in the default run
+
+    def __str__(self):
+        flags = "".join(c for c, on in (("E", self.exclusive), ("R", self.reverse)) if on)
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        dtype = str(self.dtype).replace("torch.", "")
+        return f"{self.op}-{shape}-d{self.dim}-{dtype}-{flags or 'I'}-{self.view}-{self.values}"
+
+    def make(self, device):
+        x = draw(self.shape, self.op, self.dtype, self.values, device)
+        return with_layout(x, self.view, self.dim)
+
+    @property
+    def differentiable(self):
+        return self.dtype.is_floating_point or self.dtype.is_complex
+
+
+def _samples():
+    S = ScanSample
+    out = []
+    # Every op, exclusive and reverse, on a small odd shape; the first few are opcheck'ed.
+    for op, (ex, rv) in itertools.product(OPS, itertools.product((False, True), repeat=2)):
+        out.append(S((3, 33), -1, op, exclusive=ex, reverse=rv, check=(ex == rv)))
+    # Odd sizes around warp and tile boundaries.
+    for n in SIZES:
+        for op in ("add", "mul", "max", "logaddexp"):
+            out.append(S((2, n), -1, op, exclusive=n % 2 == 1, reverse=op in ("max", "add") and n % 3 == 0))
+    out.append(S((2, GPU_MULTI_TILE + 3), -1, "add", reverse=True, slow=True))
+    out.append(S((2, GPU_MULTI_TILE + 3), -1, "logaddexp", exclusive=True, slow=True))
+    # Every dim of a 3-D tensor in every layout.
+    for i, (dim, view) in enumerate(itertools.product((0, 1, 2, -1, -2), VIEWS)):
+        op = OPS[i % len(OPS)]
+        out.append(S((6, 5, 33), dim, op, exclusive=i % 3 == 0, reverse=i % 2 == 0, view=view,
+                     check=(dim, view) in ((0, "transpose"), (1, "step"))))
+    out.append(S((4, 3, 2, 5), 2, "mul", view="transpose"))
+    # Every dtype of every op.
+    for dtype, op in itertools.product(FLOATS, OPS):
+        out.append(S((3, 257), -1, op, dtype, exclusive=op in ("max", "mul"), reverse=op in ("min", "add"),
+                     check=dtype == torch.bfloat16 and op == "add"))
+    for dtype, op, ex in itertools.product(INTS, ("add", "max", "min"), (False, True)):
+        out.append(S((3, 100), 1, op, dtype, exclusive=ex, reverse=not ex,
+                     check=dtype == torch.int32 and op == "add" and not ex))
+    for dtype in COMPLEX:
+        out.append(S((3, 100), -1, "add", dtype))
+        out.append(S((4, 40), 0, "add", dtype, exclusive=True, reverse=True, view="transpose",
+                     check=dtype == torch.complex128))
+    # Special values.
+    for op, ex in itertools.product(OPS, (False, True)):
+        out.append(S((3, 40), -1, op, exclusive=ex, reverse=not ex, values="nan"))
+    for op in ("max", "min", "logaddexp", "add"):
+        out.append(S((3, 40), -1, op, reverse=op == "min", exclusive=op == "max", values="inf"))
+    for op, dtype in itertools.product(("max", "min"), (torch.float32, torch.float16, torch.int64)):
+        out.append(S((3, 40), -1, op, dtype, values="ties", exclusive=dtype == torch.float16))
+    for dtype, (ex, rv) in itertools.product((torch.float32, torch.float64), itertools.product((False, True), repeat=2)):
+        out.append(S((3, 20), -1, "mul", dtype, exclusive=ex, reverse=rv, values="zeros"))
+    # Degenerate shapes.
+    for op in ("add", "max", "logaddexp"):
+        out.append(S((), 0, op))
+        out.append(S((), -1, op, exclusive=True))
+    out += [S((0, 5), 1, "add"), S((5, 0), 0, "mul"), S((1,), 0, "min", exclusive=True),
+            S((7, 1, 1), 0, "add", reverse=True), S((1, 1, 9), 2, "max"), S((0,), 0, "logaddexp")]
+    # Long rows: the chunked CPU path (one row longer than two chunks) and GPU multi-tile rows.
+    n = 2 * CPU_CHUNK + 5
+    for op in OPS:
+        out.append(S((1, n), -1, op, exclusive=op in ("max", "mul"), reverse=op in ("add", "min"),
+                     slow=op not in ("add", "max")))
+    out.append(S((n,), 0, "add", torch.float64, exclusive=True))
+    out.append(S((n, 2), 0, "max", view="transpose", reverse=True))
+    out.append(S((n, 1), 0, "add", torch.int32, exclusive=True, reverse=True))
+    for op, (ex, rv) in itertools.product(OPS, itertools.product((False, True), repeat=2)):
+        out.append(S((GPU_MULTI_TILE + 3,), 0, op, exclusive=ex, reverse=rv, slow=True))
+        out.append(S((3, GPU_MULTI_TILE + 3), 1, op, torch.bfloat16, exclusive=ex, reverse=rv, slow=True))
+    # torch.compile samples.
+    out.append(S((4, 37), 1, "mul", torch.float64, compile=True))
+    out.append(S((37, 4), 0, "logaddexp", torch.float32, reverse=True, compile=True))
+    return out
+
+
+SAMPLES = _samples()
+
+
+def _params(samples, mark_attr=None):
+    params = []
+    for s in samples:
+        is_slow = s.slow or (mark_attr is not None and not getattr(s, mark_attr))
+        params.append(pytest.param(s, id=str(s), marks=slow if is_slow else ()))
+    return params
+
+
+def _grad_samples():
+    """The differentiable samples in double precision, small enough for gradcheck."""
+    seen, out = set(), []
+    for s in SAMPLES:
+        if not s.differentiable or s.values in ("nan", "inf", "ties") or numel(s.shape) > 2500:
+            continue
+        d = replace(s, dtype=torch.complex128 if s.dtype.is_complex else torch.float64, check=False, compile=False)
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+# ---- reference comparison ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", _params(SAMPLES))
+def test_scan_matches_reference(s, device):
+    x = s.make(device)
+    y = pp.scan(x, s.dim, s.op, s.exclusive, s.reverse)
+    expected = ref.scan(x, s.dim, s.op, s.exclusive, s.reverse)
+    assert y.device == x.device
+    assert y.dtype == (torch.int64 if s.op == "add" and s.dtype in INTS else s.dtype)
+    scale = scan_scale(x, None, s.dim, s.op, s.exclusive, s.reverse, expected) if s.differentiable else None
+    assert_close(y, expected, scale=scale)
+    # The dispatcher op is the same function (equal up to the run-to-run rounding of long float
+    # rows on CUDA; see NONDET_TOL).
+    y2 = torch.ops.parprims.scan(x, s.dim, s.op, s.exclusive, s.reverse)
+    assert_close(y2, y, scale=scale if scale is not None else 0)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+@pytest.mark.parametrize("dim", (0, 1, -1))
+def test_integer_add_equals_cumsum(dtype, dim, device):
+    x = draw((37, 45), "add", dtype, device=device)
+    y = pp.scan(x, dim, "add")
+    assert y.dtype == torch.int64
+    assert torch.equal(y, torch.cumsum(x, dim))
+
+
+def test_int64_add_does_not_overflow_to_32_bits(device):
+    x = torch.full((5,), 3 << 31, dtype=torch.int64, device=device) + torch.arange(5, device=device)
+    assert torch.equal(pp.scan(x, 0), torch.cumsum(x, 0))
+
+
+@pytest.mark.parametrize("op", ("max", "min"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+@pytest.mark.parametrize("reverse", (False, True))
+def test_nan_propagates_through_max_min(op, dtype, reverse, device):
+    x = torch.randn(4, 50, device=device).to(dtype)
+    x[0, 10] = x[1, 0] = x[2, 49] = float("nan")
+    y = pp.scan(x, 1, op, reverse=reverse)
+    expected = ref.scan(x, 1, op, reverse=reverse)
+    assert_close(y, expected, scale=0)
+    after = y[0, 10:] if not reverse else y[0, :11]
+    assert after.isnan().all() and not (y[3].isnan().any())
+
+
+def test_no_nan_appears_without_nan_input(device):
+    for op in OPS:
+        x = draw((8, 1000), op, torch.float32, device=device)
+        for ex, rv in itertools.product((False, True), repeat=2):
+            y = pp.scan(x, 1, op, ex, rv)
+            assert not y.isnan().any(), (op, ex, rv)
+
+
+def test_exclusive_identities(device):
+    x = torch.randn(3, 5, device=device)
+    first = lambda op, rv=False: pp.scan(x, 1, op, True, rv)[:, -1 if rv else 0]
+    assert (first("add") == 0).all() and (first("mul") == 1).all()
+    assert (first("max") == float("-inf")).all() and (first("min", True) == float("inf")).all()
+    assert (first("logaddexp", True) == float("-inf")).all()
+    for dtype in (torch.int32, torch.int64):
+        xi = torch.randint(-5, 5, (2, 4), dtype=dtype, device=device)
+        assert (pp.scan(xi, 1, "max", True)[:, 0] == torch.iinfo(dtype).min).all()
+        assert (pp.scan(xi, 1, "min", True)[:, 0] == torch.iinfo(dtype).max).all()
+        assert pp.scan(xi, 1, "max", True).dtype == dtype
+    xb = torch.tensor([[True, False], [False, True]], device=device)
+    assert pp.scan(xb, 1, "max", True)[:, 0].tolist() == [False, False]
+    assert pp.scan(xb, 1, "min", True)[:, 0].tolist() == [True, True]
+
+
+# ---- gradients ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", _params(_grad_samples()))
+def test_scan_gradcheck(s, device):
+    x, to_input = grad_leaf(s.make(device))
+    fn = lambda x: pp.scan(to_input(x), s.dim, s.op, s.exclusive, s.reverse)
+    if s.exclusive and s.op in ("max", "min", "logaddexp"):
+        fn = finite_mask_fn(fn, x)
+    assert torch.autograd.gradcheck(fn, (x,), fast_mode=x.numel() > 300, nondet_tol=NONDET_TOL)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
+@pytest.mark.parametrize("op", OPS)
+def test_scan_backward_matches_reference(op, dtype, device):
+    x = draw((8, 1000), op, dtype, device=device).requires_grad_()
+    y = pp.scan(x, 1, op, exclusive=op == "max", reverse=op == "mul")
+    w = grad_weights(y)
+    (gx,) = torch.autograd.grad(y, x, w)
+    xr = x.detach().double().requires_grad_()
+    yr = ref.scan(xr, 1, op, exclusive=op == "max", reverse=op == "mul")
+    (gr,) = torch.autograd.grad(yr, xr, w.double())
+    assert gx.dtype == dtype
+    # Norm-wise, a few roundings of the output dtype: half inputs compute in float32 (DESIGN 1),
+    # their gradients too. float32: 1e-4 of the largest gradient (logaddexp's log-space backward).
+    rtol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
+    assert_close(gx, gr, scale=magnitude(gr), rtol=rtol, what="grad")
+
+
+@pytest.mark.parametrize("op", ("max", "min"))
+@pytest.mark.parametrize("reverse", (False, True))
+def test_max_min_gradient_goes_to_first_tie(op, reverse, device):
+    x = torch.tensor([1.0, 3.0, 3.0, 2.0, 3.0], device=device)
+    if op == "min":
+        x = -x
+    x.requires_grad_()
+    pp.scan(x, 0, op, reverse=reverse).sum().backward()
+    # Scan order sees the ties 1, 2, 4 (forward) or 4, 2, 1 (reverse); the first one takes all.
+    expected = [1.0, 4.0, 0.0, 0.0, 0.0] if not reverse else [0.0, 0.0, 0.0, 0.0, 5.0]
+    assert x.grad.tolist() == expected
+
+
+def test_mul_gradient_with_zeros(device):
+    x = torch.tensor([2.0, 0.0, 3.0, 0.0, 5.0, -1.5], dtype=torch.float64, device=device, requires_grad=True)
+    for ex, rv in itertools.product((False, True), repeat=2):
+        assert torch.autograd.gradcheck(lambda t: pp.scan(t, 0, "mul", ex, rv), (x,), nondet_tol=NONDET_TOL)
+        (g,) = torch.autograd.grad(pp.scan(x, 0, "mul", ex, rv).sum(), x)
+        (gr,) = torch.autograd.grad(ref.scan(x, 0, "mul", ex, rv).sum(), x)
+        assert_close(g, gr, scale=gr.abs() + 1)
+
+
+# ---- opcheck and torch.compile ---------------------------------------------------------------
+
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+# opcheck compares eager and traced outputs without equal_nan: samples with NaN/inf inputs are left out.
+@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and s.values not in ("nan", "inf")], "check"))
+def test_scan_opcheck(s, device):
+    x = s.make(device)
+    if s.differentiable:
+        x.requires_grad_()
+    torch.library.opcheck(torch.ops.parprims.scan.default, (x, s.dim, s.op, s.exclusive, s.reverse),
+                          test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.differentiable and not s.slow], "compile"))
+def test_scan_compile(s, device):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: pp.scan(x, s.dim, s.op, s.exclusive, s.reverse), fullgraph=True, dynamic=True)
+    for shape in (s.shape, tuple(n + 3 for n in s.shape)):  # a second size: no recompile needed
+        x = replace(s, shape=shape).make(device).requires_grad_()
+        y = fn(x)
+        w = grad_weights(y)
+        (g,) = torch.autograd.grad(y, x, w)
+        y_eager = pp.scan(x, s.dim, s.op, s.exclusive, s.reverse)
+        (g_eager,) = torch.autograd.grad(y_eager, x, w)
+        assert_close(y, y_eager, scale=y_eager.abs() + 1)
+        assert_close(g, g_eager, scale=magnitude(g_eager) + 1, what="grad")

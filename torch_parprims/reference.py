@@ -1,0 +1,306 @@
+"""Pure-PyTorch reference of every torch_parprims op: the test oracle and a readable spec.
+
+Everything here is a plain loop over sequences (and, for the recurrences, over time) built
+from ``torch.cumsum``-style primitives, written for clarity, not speed. Floating and complex
+inputs are computed and returned in float64 / complex128 (the tests compare the library's
+output against these wide results); integer and bool inputs are computed exactly and returned
+in the dtype the op returns. The functions are differentiable through ordinary autograd.
+
+Conventions shared by every op (see DESIGN.md section 1):
+
+* ``offsets`` (``cu_seqlens``) cut the scanned dimension into sequences
+  ``[offsets[k], offsets[k+1])``; every sequence is processed alone.
+* ``exclusive`` puts the operator's identity first; ``reverse`` means flip, scan, flip.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+
+Tensor = torch.Tensor
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the reference computes in: float64 / complex128 for floating types."""
+    if dtype.is_complex:
+        return torch.complex128
+    if dtype.is_floating_point:
+        return torch.float64
+    return dtype
+
+
+def segments(length: int, offsets: Optional[Tensor]) -> List[Tuple[int, int]]:
+    """``[(start, end), ...]`` of the sequences along a dimension of size ``length``."""
+    if offsets is None:
+        return [(0, length)]
+    o = offsets.tolist()
+    return list(zip(o[:-1], o[1:]))
+
+
+def identity(op: str, dtype: torch.dtype):
+    """The identity element of ``op`` for values of ``dtype``."""
+    if op == "add":
+        return 0
+    if op == "mul":
+        return 1
+    if op == "logaddexp":
+        return float("-inf")
+    if dtype == torch.bool:
+        return op == "min"  # max: False, min: True
+    if dtype.is_floating_point:
+        return float("-inf") if op == "max" else float("inf")
+    info = torch.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+# ---- scans -------------------------------------------------------------------------------
+
+
+def _inclusive(x: Tensor, dim: int, op: str) -> Tensor:
+    if op == "add":
+        return torch.cumsum(x, dim)  # int and bool give int64, as the op does
+    if op == "mul":
+        return torch.cumprod(x, dim)
+    if op == "max":
+        return torch.cummax(x, dim).values  # NaN propagates
+    if op == "min":
+        return torch.cummin(x, dim).values
+    if op == "logaddexp":
+        return torch.logcumsumexp(x, dim)
+    raise ValueError(f"op: unknown scan op {op!r}")
+
+
+def _shift(y: Tensor, dim: int, fill) -> Tensor:
+    """``[fill, y_0, ..., y_{n-2}]`` along ``dim``: inclusive -> exclusive."""
+    head = torch.full_like(y.narrow(dim, 0, min(1, y.size(dim))), fill)
+    return torch.cat([head, y.narrow(dim, 0, max(0, y.size(dim) - 1))], dim)
+
+
+def _shift_segments(y: Tensor, dim: int, offsets: Optional[Tensor], reverse: bool, fill) -> Tensor:
+    """Inclusive -> exclusive for every sequence, in scan order."""
+    parts = []
+    for s, e in segments(y.size(dim), offsets):
+        seg = y.narrow(dim, s, e - s)
+        parts.append(_shift(seg.flip(dim), dim, fill).flip(dim) if reverse else _shift(seg, dim, fill))
+    return torch.cat(parts, dim) if parts else y
+
+
+def _scan_one(x: Tensor, dim: int, op: str, exclusive: bool, reverse: bool) -> Tensor:
+    """The scan of one sequence (``x`` already in the compute dtype)."""
+    if reverse:
+        return _scan_one(x.flip(dim), dim, op, exclusive, False).flip(dim)
+    y = _inclusive(x, dim, op)
+    return _shift(y, dim, identity(op, x.dtype)) if exclusive else y
+
+
+def _scan_values(xw: Tensor, offsets: Optional[Tensor], dim: int, op: str, exclusive: bool, reverse: bool) -> Tensor:
+    """Each sequence scanned alone, concatenated back."""
+    parts = [_scan_one(xw.narrow(dim, s, e - s), dim, op, exclusive, reverse)
+             for s, e in segments(xw.size(dim), offsets)]
+    return torch.cat(parts, dim) if parts else _inclusive(xw, dim, op)  # parts: [] if offsets == [0]
+
+
+def segmented_scan(
+    x: Tensor,
+    offsets: Optional[Tensor],
+    dim: int = 0,
+    op: str = "add",
+    exclusive: bool = False,
+    reverse: bool = False,
+) -> Tensor:
+    """Reference of ``parprims.segmented_scan`` (``offsets=None``: one sequence per row)."""
+    if x.dim() == 0:
+        return segmented_scan(x.reshape(1), offsets, dim, op, exclusive, reverse).reshape(())
+    dim = dim % x.dim()
+    xw = x.to(wide_dtype(x.dtype))
+    out = _scan_values(xw, offsets, dim, op, exclusive, reverse)
+    if op in ("max", "min") and xw.is_floating_point():
+        # The same values gathered from x at the selected positions, so that autograd sends the
+        # gradient to the first of tied elements, as the op does (torch.cummax picks the last).
+        _, index = scan_with_indices(x.detach(), offsets, dim, op, exclusive, reverse)
+        out = torch.where(index >= 0, xw.gather(dim, index.clamp(min=0)), out)
+    return out
+
+
+def scan(x: Tensor, dim: int, op: str = "add", exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """Reference of ``parprims.scan``: ``cumsum`` / ``cumprod`` / ``cummax`` / ``cummin`` /
+    ``logcumsumexp`` along ``dim``, with a shift for ``exclusive`` and flips for ``reverse``."""
+    return segmented_scan(x, None, dim, op, exclusive, reverse)
+
+
+def scan_with_indices(
+    x: Tensor,
+    offsets: Optional[Tensor],
+    dim: int,
+    op: str,
+    exclusive: bool = False,
+    reverse: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """Reference of ``parprims._scan_with_indices``: the max/min scan and, for every output,
+    the position along ``dim`` (in the whole tensor, not the sequence) of the element it came
+    from. Ties go to the first occurrence in scan order (the later position when ``reverse``);
+    the first NaN wins; the identity of an exclusive scan has position -1."""
+    assert op in ("max", "min")
+    if x.dim() == 0:
+        v, i = scan_with_indices(x.reshape(1), offsets, 0, op, exclusive, reverse)
+        return v.reshape(()), i.reshape(())
+    dim = dim % x.dim()
+    values = _scan_values(x.to(wide_dtype(x.dtype)), offsets, dim, op, False, reverse)
+    v = values.movedim(dim, -1)
+    n = v.size(-1)
+    pos = torch.arange(n, device=x.device).expand_as(v)
+    if reverse:  # walk in scan order: physical position n-1-t at step t
+        v, pos = v.flip(-1), pos.flip(-1)
+    # The running extreme changes value exactly where a new element takes over; that element's
+    # position is the index until the next change. NaN equals NaN here (the first NaN stays).
+    same = (v[..., 1:] == v[..., :-1]) | (v[..., 1:].isnan() & v[..., :-1].isnan())
+    starts = torch.ones_like(v, dtype=torch.bool)
+    starts[..., 1:] = ~same
+    for s, e in segments(n, offsets):  # every sequence start is a change
+        if e > s:
+            starts[..., (n - e) if reverse else s] = True
+    step = torch.arange(n, device=x.device).expand_as(v)
+    last_start = torch.cummax(torch.where(starts, step, 0), -1).values
+    index = pos.gather(-1, last_start)
+    if reverse:
+        index = index.flip(-1)
+    index = index.movedim(-1, dim)
+    if exclusive:
+        values = _shift_segments(values, dim, offsets, reverse, identity(op, values.dtype))
+        index = _shift_segments(index, dim, offsets, reverse, -1)
+    return values, index
+
+
+# ---- the bicyclic monoid -----------------------------------------------------------------
+
+
+def bicyclic_combine(earlier: Tuple[int, int], later: Tuple[int, int]) -> Tuple[int, int]:
+    """``(p1, q1) * (p2, q2) = (p1 + p2 - m, q1 + q2 - m)`` with ``m = min(q1, p2)``: the word
+    ``)^p (^q`` with matched brackets cancelled. Exact and not commutative."""
+    (p1, q1), (p2, q2) = earlier, later
+    m = min(q1, p2)
+    return p1 + p2 - m, q1 + q2 - m
+
+
+def scan_bicyclic(
+    p: Tensor,
+    q: Tensor,
+    offsets: Optional[Tensor],
+    dim: int,
+    exclusive: bool = False,
+    reverse: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """Reference of ``parprims._scan_bicyclic``: a Python loop, ``combine(earlier, later)``
+    in scan order (from the end when ``reverse``), identity ``(0, 0)``."""
+    dim = dim % p.dim()
+    pr, qr = p.movedim(dim, -1), q.movedim(dim, -1)
+    shape = pr.shape
+    n = shape[-1]
+    if n == 0 or p.numel() == 0:
+        return p.clone(), q.clone()
+    P, Q = pr.reshape(-1, n).tolist(), qr.reshape(-1, n).tolist()
+    outP = [[0] * n for _ in P]
+    outQ = [[0] * n for _ in Q]
+    for r in range(len(P)):
+        for s, e in segments(n, offsets):
+            acc = (0, 0)
+            for t in (range(e - 1, s - 1, -1) if reverse else range(s, e)):
+                new = bicyclic_combine(acc, (P[r][t], Q[r][t]))
+                outP[r][t], outQ[r][t] = acc if exclusive else new
+                acc = new
+    as_tensor = lambda v: torch.tensor(v, dtype=torch.int64).reshape(shape).movedim(-1, dim)
+    return as_tensor(outP).to(p.device), as_tensor(outQ).to(p.device)
+
+
+# ---- affine recurrences ------------------------------------------------------------------
+
+
+def _initial_states(init: Optional[Tensor], time_first: Tensor, offsets: Optional[Tensor]) -> Tensor:
+    """Initial states as ``(S, *state_shape)`` in the compute dtype (zeros when missing)."""
+    num = len(segments(time_first.size(0), offsets))
+    if init is None:
+        return time_first.new_zeros((num,) + tuple(time_first.shape[1:]))
+    init = init.to(time_first.dtype)
+    return init if offsets is not None else init.unsqueeze(0)
+
+
+def _recurrence(step, x_first: Tensor, h0: Tensor, offsets, reverse: bool, exclusive: bool):
+    """Runs ``h = step(t, h)`` over time (dim 0 of ``x_first``) per sequence.
+
+    Returns the outputs stacked along dim 0 (``h_t``, or ``h_{t-1}`` when ``exclusive``) and
+    the final states ``(S, ...)`` (the initial state for an empty sequence)."""
+    n = x_first.size(0)
+    outs: List[Optional[Tensor]] = [None] * n
+    finals = []
+    for k, (s, e) in enumerate(segments(n, offsets)):
+        h = h0[k]
+        for t in (range(e - 1, s - 1, -1) if reverse else range(s, e)):
+            new = step(t, h)
+            outs[t] = h if exclusive else new
+            h = new
+        finals.append(h)
+    out = torch.stack(outs) if n else torch.empty_like(x_first)
+    final = torch.stack(finals) if finals else h0[:0]
+    return out, final
+
+
+def affine_scan(
+    a: Tensor,
+    b: Tensor,
+    dim: int = -1,
+    initial_state: Optional[Tensor] = None,
+    offsets: Optional[Tensor] = None,
+    reverse: bool = False,
+    log_gates: bool = False,
+    exclusive: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """Reference of ``parprims.affine_scan``: ``h_t = a_t * h_{t-1} + b_t`` along ``dim``.
+
+    ``a`` broadcasts to ``b`` (``log_gates``: ``a`` holds ``log a``). ``h_{-1}`` is
+    ``initial_state`` (``b.shape`` without ``dim``, or ``(S, ...)`` with ``offsets``; zeros when
+    ``None``). ``reverse``: ``h_t = a_t * h_{t+1} + b_t``, the initial state enters at each
+    sequence's end and the final state is the one at its start. Returns ``(h, final_state)``,
+    ``final_state`` being the last ``h`` of each sequence. ``exclusive=True`` is
+    ``parprims._affine_scan_exclusive``: outputs the state before each step (``h_{t-1}``)."""
+    ct = wide_dtype(b.dtype)
+    dim = dim % b.dim()
+    gates = a.to(ct).exp() if log_gates else a.to(ct)
+    A = gates.expand(b.shape).movedim(dim, 0)
+    B = b.to(ct).movedim(dim, 0)
+    h0 = _initial_states(initial_state, B, offsets)
+    h, final = _recurrence(lambda t, h: A[t] * h + B[t], B, h0, offsets, reverse, exclusive)
+    return h.movedim(0, dim), (final if offsets is not None else final[0])
+
+
+def affine_scan_exclusive(a, b, dim=-1, initial_state=None, offsets=None, reverse=False, log_gates=False):
+    """Reference of ``parprims._affine_scan_exclusive``: ``h_{t-1}`` at every step."""
+    return affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, exclusive=True)
+
+
+def matrix_affine_scan(
+    A: Tensor,
+    b: Tensor,
+    dim: int = -2,
+    initial_state: Optional[Tensor] = None,
+    offsets: Optional[Tensor] = None,
+    reverse: bool = False,
+    exclusive: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """Reference of ``torch_parprims.matrix_affine_scan``: ``h_t = A_t @ h_{t-1} + b_t``.
+
+    ``A``: ``(..., L, d, d)`` with leading dims broadcastable to ``b``'s; ``b``: ``(..., L, d)``;
+    ``dim`` indexes ``b`` (any but its last). States are ``(..., d)`` = ``b`` without ``dim``,
+    ``(S, ..., d)`` with ``offsets``. Same conventions as :func:`affine_scan`; ``exclusive=True``
+    is ``parprims._matrix_affine_scan_exclusive`` (whose ``dim`` counts b's leading dims only)."""
+    ct = wide_dtype(b.dtype)
+    dim = dim % b.dim()
+    assert dim != b.dim() - 1, "dim: the last dimension of b is the state"
+    d = b.size(-1)
+    Aw = A.to(ct).expand(tuple(b.shape) + (d,)).movedim(dim, 0)
+    B = b.to(ct).movedim(dim, 0)
+    h0 = _initial_states(initial_state, B, offsets)
+    step = lambda t, h: (Aw[t] @ h.unsqueeze(-1)).squeeze(-1) + B[t]
+    h, final = _recurrence(step, B, h0, offsets, reverse, exclusive)
+    return h.movedim(0, dim), (final if offsets is not None else final[0])
