@@ -1,5 +1,7 @@
 #include "affine_ops.h"
 
+#include <ATen/ExpandUtils.h>
+
 #include "scan_host.h"
 #include "scan_ops.h"
 
@@ -57,7 +59,7 @@ std::tuple<at::Tensor, at::Tensor> affine_scan(const AffineBackend& be, const at
   TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t),
               "b: expected a floating or complex tensor, got ", t);
   TORCH_CHECK(b.dim() >= 1, "b: expected at least one dimension");
-  TORCH_CHECK(a.dim() <= b.dim() && at::infer_size(a.sizes(), b.sizes()) == b.sizes(),
+  TORCH_CHECK(at::is_expandable_to(a.sizes(), b.sizes()),
               "a: expected a shape broadcastable to b's ", b.sizes(), ", got ", a.sizes());
   const int64_t dim = wrap_dim(b, dim_in);
   check_offsets_for(be.always_validate_offsets, offsets, b, b.size(dim));
@@ -98,7 +100,7 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const AffineBackend& be, c
   lead.pop_back();
   auto A_lead = A.sizes().vec();
   A_lead.resize(A_lead.size() - 2);
-  TORCH_CHECK(A_lead.size() <= lead.size() && at::infer_size(A_lead, lead) == lead,
+  TORCH_CHECK(at::is_expandable_to(A_lead, lead),
               "A: expected leading dimensions broadcastable to b's ", at::IntArrayRef(lead),
               ", got ", at::IntArrayRef(A_lead));
   const auto b_lead = b.select(-1, 0);

@@ -10,7 +10,9 @@ namespace parprims::cuda {
 template <class Value>
 constexpr int items_for() {
   constexpr int bytes = static_cast<int>(sizeof(Value));
-  return bytes <= 4 ? 32 : bytes <= 8 ? 16 : bytes <= 16 ? 8 : bytes <= 32 ? 4 : bytes <= 64 ? 2 : 1;
+  // Measured on an H200 (benchmarks/NOTES.md): 4-byte scans ran fastest with 16 items (32 lost
+  // a third on dense rows), affine pairs with 16.
+  return bytes <= 8 ? 16 : bytes <= 16 ? 8 : bytes <= 32 ? 4 : bytes <= 64 ? 2 : 1;
 }
 
 template <class Value>
