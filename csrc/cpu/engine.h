@@ -31,6 +31,44 @@ struct RowScanner {
   // when `write` is set, and returns the lifted aggregate (carry included).
   Lifted run(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
     if (begin >= end) return carry;
+    if (g.segments.offsets == nullptr) return run_plain(row, begin, end, carry, write);
+    return run_segmented(row, begin, end, carry, write);
+  }
+
+  // Without packed sequences only position 0 starts a segment: a tight loop of the monoid.
+  Lifted run_plain(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
+    const auto cursor = problem.cursor(row);
+    const int64_t step = g.reverse ? -1 : 1;
+    int64_t ppos = g.physical_pos(begin);
+    int64_t pos = begin;
+    auto acc = carry.value;
+    if (pos == 0) {
+      const auto v = problem.at_head(problem.load(cursor, ppos), row, 0);
+      if (write) problem.store(cursor, ppos, g.exclusive ? problem.exclusive_head(row, 0) : v);
+      acc = v;
+      carry.head = true;
+      ++pos;
+      ppos += step;
+    }
+    if (!write) {
+      for (; pos < end; ++pos, ppos += step) acc = M::combine(acc, problem.load(cursor, ppos));
+    } else if (g.exclusive) {
+      for (; pos < end; ++pos, ppos += step) {
+        const auto v = problem.load(cursor, ppos);
+        problem.store(cursor, ppos, acc);
+        acc = M::combine(acc, v);
+      }
+    } else {
+      for (; pos < end; ++pos, ppos += step) {
+        acc = M::combine(acc, problem.load(cursor, ppos));
+        problem.store(cursor, ppos, acc);
+      }
+    }
+    if (write && problem.has_final && end == g.len) problem.store_final(row, 0, acc);
+    return {acc, carry.head};
+  }
+
+  Lifted run_segmented(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
     const auto cursor = problem.cursor(row);
     SegmentWalker walker;
     walker.seek(g, begin);
