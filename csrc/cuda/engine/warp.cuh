@@ -14,34 +14,30 @@ struct alignas(alignof(T) < 4 ? 4 : alignof(T)) Words {
   static constexpr int kCount = static_cast<int>(sizeof(T) + 3) / 4;
 };
 
-template <class T>
-__device__ __forceinline__ T shfl_up(const T& v, int delta) {
+// Moves a value word by word through `shuffle_word(int) -> int` (one warp shuffle).
+template <class T, class ShuffleWord>
+__device__ __forceinline__ T shuffle_words(const T& v, ShuffleWord shuffle_word) {
   Words<T> in{v}, out;
   const int* src = reinterpret_cast<const int*>(&in);
   int* dst = reinterpret_cast<int*>(&out);
 #pragma unroll
-  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_up_sync(kFullMask, src[i], delta);
+  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = shuffle_word(src[i]);
   return out.value;
+}
+
+template <class T>
+__device__ __forceinline__ T shfl_up(const T& v, int delta) {
+  return shuffle_words(v, [delta](int w) { return __shfl_up_sync(kFullMask, w, delta); });
 }
 
 template <class T>
 __device__ __forceinline__ T shfl_down(const T& v, int delta) {
-  Words<T> in{v}, out;
-  const int* src = reinterpret_cast<const int*>(&in);
-  int* dst = reinterpret_cast<int*>(&out);
-#pragma unroll
-  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_down_sync(kFullMask, src[i], delta);
-  return out.value;
+  return shuffle_words(v, [delta](int w) { return __shfl_down_sync(kFullMask, w, delta); });
 }
 
 template <class T>
 __device__ __forceinline__ T shfl_idx(const T& v, int lane) {
-  Words<T> in{v}, out;
-  const int* src = reinterpret_cast<const int*>(&in);
-  int* dst = reinterpret_cast<int*>(&out);
-#pragma unroll
-  for (int i = 0; i < Words<T>::kCount; ++i) dst[i] = __shfl_sync(kFullMask, src[i], lane);
-  return out.value;
+  return shuffle_words(v, [lane](int w) { return __shfl_sync(kFullMask, w, lane); });
 }
 
 // Inclusive scan across the lanes of a warp (Kogge-Stone: log2(32) steps); lane 0 is earliest.
