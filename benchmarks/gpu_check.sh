@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build, test and benchmark torch_parprims on the GPU machine, in one call from the repo root.
 #
-#   OUT=/some/dir bash benchmarks/gpu_check.sh          (the device tool sets OUT)
+#   OUT=/some/dir bash benchmarks/gpu_check.sh          (results and logs go to $OUT)
 #
 # Stages (space separated in STAGES, default "build tests bench"):
 #   build   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation --no-deps -e .

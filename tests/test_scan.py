@@ -278,3 +278,10 @@ def test_scan_compile(s, device):
         (g_eager,) = torch.autograd.grad(y_eager, x, w)
         assert_close(y, y_eager, scale=y_eager.abs() + 1)
         assert_close(g, g_eager, scale=magnitude(g_eager) + 1, what="grad")
+
+
+def test_double_backward_of_mul_raises_a_clear_error(device):
+    x = torch.randn(7, dtype=torch.float64, device=device, requires_grad=True)
+    (g,) = torch.autograd.grad(pp.scan(x, 0, "mul").sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        g.sum().backward()

@@ -178,3 +178,23 @@ torch.library.register_autograd("parprims::scan", _scan_backward, setup_context=
 torch.library.register_autograd(
     "parprims::segmented_scan", _segmented_backward, setup_context=_segmented_setup_context
 )
+
+
+def _not_differentiable(name):
+    """Autograd for internal ops that the backwards use: they are not differentiated again."""
+
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"torch_parprims: {name} is an internal op of a backward and has no gradient itself "
+            "(double backward through max/min/mul scans and affine scans is not supported)"
+        )
+
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+for _name in ("_scan_with_indices", "_affine_scan_exclusive", "_matrix_affine_scan_exclusive"):
+    torch.library.register_autograd(f"parprims::{_name}", _not_differentiable(_name), setup_context=_no_context)
