@@ -9,6 +9,13 @@ from torch_parprims import reference as ref
 
 slow = pytest.mark.slow
 
+
+def sample_params(samples, mark_attr=None):
+    """pytest params for a sample table: a sample is marked slow when it says so, or when
+    `mark_attr` names a flag it lacks (e.g. "opcheck" keeps opcheck to a few samples)."""
+    return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
+            for s in samples]
+
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTS = (torch.int32, torch.int64, torch.bool)
 COMPLEX = (torch.complex64, torch.complex128)

@@ -11,6 +11,7 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
+    sample_params,
     BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, grad_leaf, grad_weights,
     magnitude, make_offsets, slow, with_layout, NONDET_TOL)
 
@@ -156,10 +157,6 @@ def _samples():
 SAMPLES = _samples()
 
 
-def _params(samples, mark_attr=None):
-    return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
-            for s in samples]
-
 
 def _small(s):
     return s.lengths not in BIG_PATTERNS and \
@@ -182,7 +179,7 @@ def _grad_samples():
 # ---- reference comparison ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", _params(SAMPLES))
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_affine_scan_matches_reference(s, device):
     a, b, h0, offsets = s.make(device)
     h, final = s.run(a, b, h0, offsets)
@@ -204,7 +201,7 @@ def test_affine_scan_matches_reference(s, device):
                     break
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.lengths]))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.lengths]))
 def test_affine_scan_equals_per_sequence_scans(s, device):
     """The varlen oracle, with per-sequence initial states and final states."""
     a, b, h0, offsets = s.make(device)
@@ -256,7 +253,7 @@ def test_long_sequence_with_gates_near_one(device):
 # ---- gradients ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", _params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(_grad_samples()))
 def test_affine_scan_gradcheck(s, device):
     a, b, h0, offsets = s.make(device)
     b, to_input = grad_leaf(b)
@@ -305,7 +302,7 @@ def test_affine_backward_matches_reference(dtype, log_gates, reverse, device):
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
 def test_affine_scan_opcheck(s, device):
     a, b, h0, offsets = s.make(device)
     if not s.exclusive:  # the exclusive op is a backward helper without autograd
@@ -314,7 +311,7 @@ def test_affine_scan_opcheck(s, device):
     torch.library.opcheck(op, (a, b, s.dim, h0, offsets, s.reverse, s.log_gates), test_utils=OPCHECK_UTILS)
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s) and not s.exclusive], "compile"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s) and not s.exclusive], "compile"))
 def test_affine_scan_compile(s, device):
     torch._dynamo.reset()
     fn = torch.compile(lambda o, a, b, *h0: s.run(a, b, h0[0] if h0 else None, o), fullgraph=True, dynamic=True)

@@ -11,6 +11,7 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
+    sample_params,
     BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, grad_weights, magnitude, make_offsets, slow, with_layout, NONDET_TOL)
 
 _ops = torch.ops.parprims
@@ -108,17 +109,13 @@ def _samples():
 SAMPLES = _samples()
 
 
-def _params(samples, mark_attr=None):
-    return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
-            for s in samples]
-
 
 def _small(s):
     return s.lengths not in BIG_PATTERNS and \
         math.prod(s.lead) * s.d <= 1000
 
 
-@pytest.mark.parametrize("s", _params(SAMPLES))
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_matrix_affine_scan_matches_reference(s, device):
     A, b, h0, offsets = s.make(device)
     h, final = s.run(A, b, h0, offsets)
@@ -129,7 +126,7 @@ def test_matrix_affine_scan_matches_reference(s, device):
     assert_close(final, rf, scale=sf, what="final_state")
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.lengths]))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.lengths]))
 def test_matrix_affine_scan_equals_per_sequence_scans(s, device):
     A, b, h0, offsets = s.make(device)
     h, final = s.run(A, b, h0, offsets)
@@ -144,7 +141,7 @@ def test_matrix_affine_scan_equals_per_sequence_scans(s, device):
         assert_close(final[k], fk, scale=sf[k], what=f"final of sequence {k}")
 
 
-@pytest.mark.parametrize("s", _params([replace(s, dtype=torch.float64, check=False, compile=False)
+@pytest.mark.parametrize("s", sample_params([replace(s, dtype=torch.float64, check=False, compile=False)
                                        for s in SAMPLES if _small(s) and not s.exclusive]))
 def test_matrix_affine_scan_gradcheck(s, device):
     A, b, h0, offsets = s.make(device)
@@ -170,7 +167,7 @@ def test_matrix_gradient_through_final_state_only(reverse, device):
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
 def test_matrix_affine_scan_opcheck(s, device):
     A, b, h0, offsets = s.make(device)
     if not s.exclusive:  # the exclusive op is a backward helper without autograd
@@ -179,7 +176,7 @@ def test_matrix_affine_scan_opcheck(s, device):
     torch.library.opcheck(op, (A, b, s.op_dim, h0, offsets, s.reverse), test_utils=OPCHECK_UTILS)
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and _small(s) and not s.exclusive], "compile"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s) and not s.exclusive], "compile"))
 def test_matrix_affine_scan_compile(s, device):
     torch._dynamo.reset()
     fn = torch.compile(lambda o, A, b, *h0: s.run(A, b, h0[0] if h0 else None, o), fullgraph=True, dynamic=True)

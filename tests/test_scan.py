@@ -9,6 +9,7 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
+    sample_params,
     COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, VIEWS, assert_close, draw, finite_mask_fn,
     grad_leaf, grad_weights, magnitude, numel, scan_scale, slow, with_layout, NONDET_TOL)
 
@@ -109,13 +110,6 @@ def _samples():
 SAMPLES = _samples()
 
 
-def _params(samples, mark_attr=None):
-    params = []
-    for s in samples:
-        is_slow = s.slow or (mark_attr is not None and not getattr(s, mark_attr))
-        params.append(pytest.param(s, id=str(s), marks=slow if is_slow else ()))
-    return params
-
 
 def _grad_samples():
     """The differentiable samples in double precision, small enough for gradcheck."""
@@ -133,7 +127,7 @@ def _grad_samples():
 # ---- reference comparison ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", _params(SAMPLES))
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_scan_matches_reference(s, device):
     x = s.make(device)
     y = pp.scan(x, s.dim, s.op, s.exclusive, s.reverse)
@@ -202,7 +196,7 @@ def test_exclusive_identities(device):
 # ---- gradients ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", _params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(_grad_samples()))
 def test_scan_gradcheck(s, device):
     x, to_input = grad_leaf(s.make(device))
     fn = lambda x: pp.scan(to_input(x), s.dim, s.op, s.exclusive, s.reverse)
@@ -256,7 +250,7 @@ OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
 
 
 # opcheck compares eager and traced outputs without equal_nan: samples with NaN/inf inputs are left out.
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and s.values not in ("nan", "inf")], "check"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and s.values not in ("nan", "inf")], "check"))
 def test_scan_opcheck(s, device):
     x = s.make(device)
     if s.differentiable:
@@ -265,7 +259,7 @@ def test_scan_opcheck(s, device):
                           test_utils=OPCHECK_UTILS)
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.differentiable and not s.slow], "compile"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.differentiable and not s.slow], "compile"))
 def test_scan_compile(s, device):
     torch._dynamo.reset()
     fn = torch.compile(lambda x: pp.scan(x, s.dim, s.op, s.exclusive, s.reverse), fullgraph=True, dynamic=True)

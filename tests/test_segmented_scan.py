@@ -9,6 +9,7 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
+    sample_params,
     BIG_PATTERNS, FLOATS, INTS, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, draw, finite_mask_fn, grad_leaf, grad_weights,
     magnitude, make_offsets, scan_scale, slow, with_layout, NONDET_TOL)
 
@@ -101,10 +102,6 @@ def _samples():
 SAMPLES = _samples()
 
 
-def _params(samples, mark_attr=None):
-    return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
-            for s in samples]
-
 
 def _grad_samples():
     seen, out = set(), []
@@ -121,7 +118,7 @@ def _run(s, x, offsets):
     return pp.segmented_scan(x, offsets, s.dim, s.op, s.exclusive, s.reverse)
 
 
-@pytest.mark.parametrize("s", _params(SAMPLES))
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_segmented_scan_matches_reference(s, device):
     x, offsets = s.make(device)
     y = _run(s, x, offsets)
@@ -130,7 +127,7 @@ def test_segmented_scan_matches_reference(s, device):
     assert_close(y, expected, scale=scale)
 
 
-@pytest.mark.parametrize("s", _params(SAMPLES))
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_segmented_scan_equals_per_sequence_scans(s, device):
     """The varlen oracle: the packed result is the per-sequence results concatenated."""
     x, offsets = s.make(device)
@@ -161,7 +158,7 @@ def test_one_sequence_equals_scan_and_offsets_dtypes_agree(op, device):
     assert_close(y32, y64, scale=0)
 
 
-@pytest.mark.parametrize("s", _params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(_grad_samples()))
 def test_segmented_scan_gradcheck(s, device):
     x, offsets = s.make(device)
     x, to_input = grad_leaf(x)
@@ -175,7 +172,7 @@ OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
 
 
 # opcheck compares eager and traced outputs without equal_nan: samples with NaN/inf inputs are left out.
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if not s.slow and s.small and s.values not in ("nan", "inf")], "check"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and s.small and s.values not in ("nan", "inf")], "check"))
 def test_segmented_scan_opcheck(s, device):
     x, offsets = s.make(device)
     if s.differentiable:
@@ -184,7 +181,7 @@ def test_segmented_scan_opcheck(s, device):
                           (x, offsets, s.dim, s.op, s.exclusive, s.reverse), test_utils=OPCHECK_UTILS)
 
 
-@pytest.mark.parametrize("s", _params([s for s in SAMPLES if s.differentiable and not s.slow and s.small], "compile"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.differentiable and not s.slow and s.small], "compile"))
 def test_segmented_scan_compile(s, device):
     torch._dynamo.reset()
     fn = torch.compile(lambda x, o: _run(s, x, o), fullgraph=True, dynamic=True)
