@@ -25,6 +25,14 @@ def sources(pattern):
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
+# Resolve the C++ runtime from the shared libstdc++ that torch itself uses, ahead of the
+# compiler driver's own libraries. A g++ configured with -static-libstdc++ would otherwise link a
+# private copy of libstdc++ into the module; with -Bsymbolic-functions (in Debian and Ubuntu
+# Python's link flags) the module then calls that copy's uninitialized stream code, and the first
+# error message that formats a number crashes the process.
+LINK = ["-Wl,--push-state,-Bdynamic,-lstdc++,--pop-state"]
+
+
 def extension():
     from torch.utils import cpp_extension
 
@@ -32,7 +40,8 @@ def extension():
     srcs = sources("csrc/registration.cpp") + sources("csrc/host/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return cpp_extension.CppExtension(
-            "torch_parprims._C", srcs, extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=0"]}
+            "torch_parprims._C", srcs, extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=0"]},
+            extra_link_args=LINK,
         )
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     nvcc = ["-O3", "-lineinfo", "--threads=2", "-DPARPRIMS_CUDA=1"]
@@ -40,6 +49,7 @@ def extension():
         "torch_parprims._C",
         srcs + sources("csrc/cuda/*.cu"),
         extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=1"], "nvcc": nvcc},
+        extra_link_args=LINK,
     )
 
 
