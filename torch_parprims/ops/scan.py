@@ -109,10 +109,15 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
 
     if op == "add":
         return rscan(grad, "add", exclusive)
-    if op in ("mul", "logaddexp") and x.dtype in (torch.float16, torch.bfloat16):
-        # Half inputs: the backward's products and logs in float32, as the forward computes.
-        up = lambda t: None if t is None else t.float()
-        return scan_backward(grad.float(), x.float(), up(y), offsets, dim, op, exclusive, reverse).to(x.dtype)
+    if op != "add" and x.dtype in (torch.float16, torch.bfloat16):
+        # Half inputs: the backward computes in float32, as the forward does. Max/min accumulate
+        # their scattered gradients in float32; logaddexp needs the float32 output, not the saved
+        # half one, whose rounding (up to 2^-9 relative in bfloat16) every exp(x - y) would carry.
+        x32 = x.float()
+        if op == "logaddexp":
+            y = _ops.scan(x32, dim, op, exclusive, reverse) if offsets is None else \
+                _ops.segmented_scan(x32, offsets, dim, op, exclusive, reverse)
+        return scan_backward(grad.float(), x32, y, offsets, dim, op, exclusive, reverse).to(x.dtype)
     if op == "mul":
         # dx_s = (prod of the x before s) * (sum over later outputs t of g_t * prod of x in (s, t]):
         # the second factor is a reverse affine scan with gates x, so zeros in x are exact.
