@@ -16,7 +16,7 @@
 # Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
 # timeout and what is left of the total (the benchmarks split what remains, 60/40, and stop
 # starting cases 20 s before their limit; results are saved after every case).
-# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (150), BENCH_TIMEOUT (per script, 240),
+# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
 # BENCH_ARGS (extra args for both bench scripts, e.g. "--quick" or "--only 'scan:add'"),
 # PYTEST_ARGS (extra pytest args, e.g. "-x -k scan"), SELFTEST (0), SUMMARY_WIDTH (125).
 # The build stays in place between calls while the machine is warm, so a later call can run
@@ -92,6 +92,10 @@ try:
         y = torch_parprims.scan(x, 0)
         torch.cuda.synchronize()
         print("smoke: scan 1000 on cuda, max abs err vs cumsum", float((y - x.cumsum(0)).abs().max()))
+        try:  # an error message that formats numbers: crashes if the C++ runtime is linked wrong
+            torch_parprims.scan(x, 3)
+        except RuntimeError as e:
+            print("smoke: error path ok:", str(e).splitlines()[0][:60])
 except Exception as e:
     print("extension check failed:", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
 EOF
@@ -104,8 +108,12 @@ if has_stage tests; then
   tlim=$(limit "$TEST_TIMEOUT")
   # The default suite first (about 2 minutes on an H200); TEST_MARKERS="slow or not slow" adds
   # the exhaustive sweep when the budget allows.
+  # pytest-xdist, when present, spreads the tests (torch.compile's are CPU-bound) over
+  # TEST_WORKERS processes sharing the GPU; a worker that crashes is reported and replaced.
+  workers=""
+  python3 -c 'import xdist' 2>/dev/null && workers="-n ${TEST_WORKERS:-8}"
   PARPRIMS_TEST_DEVICES=cuda timeout "$tlim" python3 -m pytest -q tests -m "${TEST_MARKERS:-not slow}" \
-    -p no:cacheprovider -rfE --durations=15 ${PYTEST_ARGS:-} >"$OUT/pytest_cuda.log" 2>&1
+    -p no:cacheprovider -rfE --durations=15 $workers ${PYTEST_ARGS:-} >"$OUT/pytest_cuda.log" 2>&1
   rc=$?
   last=$(grep -E "passed|failed|error|no tests ran" "$OUT/pytest_cuda.log" | tail -1)
   [ $rc -eq 124 ] && last="TIMEOUT after ${tlim}s; $last"
