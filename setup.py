@@ -6,6 +6,7 @@ unless PARPRIMS_CUDA=0. Set MAX_JOBS to bound the parallel compile jobs.
 import glob
 import os
 import shutil
+import sys
 
 from setuptools import find_packages, setup
 
@@ -25,12 +26,13 @@ def sources(pattern):
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
-# Resolve the C++ runtime from the shared libstdc++ that torch itself uses, ahead of the
-# compiler driver's own libraries. A g++ configured with -static-libstdc++ would otherwise link a
-# private copy of libstdc++ into the module; with -Bsymbolic-functions (in Debian and Ubuntu
-# Python's link flags) the module then calls that copy's uninitialized stream code, and the first
-# error message that formats a number crashes the process.
-LINK = ["-Wl,--push-state,-Bdynamic,-lstdc++,--pop-state"]
+# Link the C++ runtime by its shared library's name. A relocated g++ whose own library directory
+# holds only the static libstdc++.a (it comes first on the search path) otherwise puts a private
+# copy of libstdc++ into the module; with -Bsymbolic-functions, from Debian and Ubuntu Python's
+# link flags, the module then calls that copy's uninitialized stream code, and the first error
+# message that formats a number crashes the process. Naming the shared library resolves every
+# libstdc++ symbol from it before the driver's archive is scanned.
+LINK = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 
 
 def extension():
