@@ -15,16 +15,17 @@ struct ThreeCursor {
   int64_t a, b, h;
 };
 
-// `In` is the storage type of a, b and h; `C` the compute and state type (float for half).
-template <class In, class C>
+// `In` is the storage type of a, b and h; `C` the type the recurrence computes in; `State` the
+// storage type of the initial and final states (float for half inputs).
+template <class In, class C, class State = C>
 struct AffineProblem : ProblemBase<Affine<C>> {
   using Value = typename Affine<C>::value_type;
   using Cursor = ThreeCursor;
   const In* a = nullptr;
   const In* b = nullptr;
   In* h = nullptr;
-  const C* initial = nullptr;  // (segments, rows) or nullptr for zeros
-  C* final_state = nullptr;    // (segments, rows) or nullptr
+  const State* initial = nullptr;  // (segments, rows) or nullptr for zeros
+  State* final_state = nullptr;    // (segments, rows) or nullptr
   int64_t rows = 0;
   bool log_gates = false;
   RowIndexer a_rows, b_rows, h_rows;
@@ -61,13 +62,13 @@ struct AffineProblem : ProblemBase<Affine<C>> {
   }
   PP_HD Value at_head(const Value& v, int64_t row, int64_t segment) const {
     if (initial == nullptr) return v;
-    return {v.a, v.a * initial[segment * rows + row] + v.b};
+    return {v.a, v.a * static_cast<C>(initial[segment * rows + row]) + v.b};
   }
   PP_HD Value exclusive_head(int64_t row, int64_t segment) const {
-    return {C(1), initial == nullptr ? C(0) : initial[segment * rows + row]};
+    return {C(1), initial == nullptr ? C(0) : static_cast<C>(initial[segment * rows + row])};
   }
   PP_HD void store_final(int64_t row, int64_t segment, const Value& v) const {
-    final_state[segment * rows + row] = v.b;
+    final_state[segment * rows + row] = static_cast<State>(v.b);
   }
 };
 

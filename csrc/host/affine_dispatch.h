@@ -9,13 +9,14 @@ namespace parprims::host {
 
 template <class In, class Engine>
 void run_affine(const AffineArgs& args, const ScanGeometry& g, Engine& engine) {
-  using C = compute_t<In>;
-  AffineProblem<In, C> p;
+  using State = compute_t<In>;  // the dtype of the state tensors
+  using C = accumulate_t<In, Engine>;
+  AffineProblem<In, C, State> p;
   p.a = static_cast<const In*>(args.a.const_data_ptr());
   p.b = static_cast<const In*>(args.b.const_data_ptr());
   p.h = static_cast<In*>(args.h.data_ptr());
-  p.initial = args.initial.defined() ? static_cast<const C*>(args.initial.const_data_ptr()) : nullptr;
-  p.final_state = static_cast<C*>(args.final_state.data_ptr());
+  p.initial = args.initial.defined() ? static_cast<const State*>(args.initial.const_data_ptr()) : nullptr;
+  p.final_state = static_cast<State*>(args.final_state.data_ptr());
   p.has_final = true;
   p.rows = args.rows;
   p.log_gates = args.log_gates;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/AccumulateType.h>
 #include <c10/util/complex.h>
 
 #include <type_traits>
@@ -19,10 +20,18 @@ struct Tag {
   using type = T;
 };
 
-// The type a scan over `T` computes in: float for half types.
+// The type a scan over `T` computes in: float for half types. Max and min are exact in it.
 template <class T>
 using compute_t = std::conditional_t<std::is_same_v<T, at::Half> || std::is_same_v<T, at::BFloat16>,
                                      float, T>;
+
+// The type the accumulating operators (add, mul, logaddexp, the affine recurrence) combine in:
+// PyTorch's accumulate type for the engine's device, as torch.cumsum uses. Half types: float.
+// On the CPU, float and complex<float> widen to double: the CPU engine combines a row one
+// element after another, so its rounding error grows with the row's length (the GPU engine's
+// sequential steps are a thread's few items and one carry per tile).
+template <class T, class Engine>
+using accumulate_t = at::acc_type<T, Engine::kIsCuda>;
 
 template <class F>
 void visit_floating(at::ScalarType t, F&& f) {
@@ -72,19 +81,26 @@ void run_scan_same(const at::Tensor& in, const at::Tensor& out, int64_t dim,
   run_scan<M<compute_t<T>>, T, T>(in, out, dim, g, engine);
 }
 
+// The same in the accumulate type of T on the engine's device, writing T.
+template <template <class> class M, class T, class Engine>
+void run_scan_accumulating(const at::Tensor& in, const at::Tensor& out, int64_t dim,
+                           const ScanGeometry& g, Engine& engine) {
+  run_scan<M<accumulate_t<T, Engine>>, T, T>(in, out, dim, g, engine);
+}
+
 template <class Engine>
 void dispatch_scan_add(const at::Tensor& in, const at::Tensor& out, int64_t dim,
                        const ScanGeometry& g, Engine engine) {
   switch (in.scalar_type()) {
-    case at::kComplexFloat: return run_scan_same<Add, c10::complex<float>>(in, out, dim, g, engine);
-    case at::kComplexDouble: return run_scan_same<Add, c10::complex<double>>(in, out, dim, g, engine);
+    case at::kComplexFloat: return run_scan_accumulating<Add, c10::complex<float>>(in, out, dim, g, engine);
+    case at::kComplexDouble: return run_scan_accumulating<Add, c10::complex<double>>(in, out, dim, g, engine);
     // Integers and bool accumulate in int64, as torch.cumsum does.
     case at::kInt: return run_scan<Add<int64_t>, int32_t, int64_t>(in, out, dim, g, engine);
     case at::kLong: return run_scan<Add<int64_t>, int64_t, int64_t>(in, out, dim, g, engine);
     case at::kBool: return run_scan<Add<int64_t>, bool, int64_t>(in, out, dim, g, engine);
     default:
       return visit_floating(in.scalar_type(), [&](auto tag) {
-        run_scan_same<Add, typename decltype(tag)::type>(in, out, dim, g, engine);
+        run_scan_accumulating<Add, typename decltype(tag)::type>(in, out, dim, g, engine);
       });
   }
 }
@@ -93,7 +109,7 @@ template <class Engine>
 void dispatch_scan_mul(const at::Tensor& in, const at::Tensor& out, int64_t dim,
                        const ScanGeometry& g, Engine engine) {
   visit_floating(in.scalar_type(), [&](auto tag) {
-    run_scan_same<Mul, typename decltype(tag)::type>(in, out, dim, g, engine);
+    run_scan_accumulating<Mul, typename decltype(tag)::type>(in, out, dim, g, engine);
   });
 }
 
@@ -101,7 +117,7 @@ template <class Engine>
 void dispatch_scan_logaddexp(const at::Tensor& in, const at::Tensor& out, int64_t dim,
                              const ScanGeometry& g, Engine engine) {
   visit_floating(in.scalar_type(), [&](auto tag) {
-    run_scan_same<LogAddExp, typename decltype(tag)::type>(in, out, dim, g, engine);
+    run_scan_accumulating<LogAddExp, typename decltype(tag)::type>(in, out, dim, g, engine);
   });
 }
 

@@ -36,6 +36,7 @@ inline bool wide_access_disabled() {
 }
 
 struct Engine {
+  static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
   at::Tensor like;  // any tensor on the target device (for the workspace's options)
 
   template <class P>
