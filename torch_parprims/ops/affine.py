@@ -28,7 +28,8 @@ def affine_scan(
             materialized). With ``log_gates=True``, ``a`` holds ``log a``.
         b: inputs, e.g. ``(B, C, T)`` with ``dim=-1`` or ``(B, T, C)`` with ``dim=1``; any
             strides. float16, bfloat16 (computed in float32), float32, float64, complex64,
-            complex128 (LRU-style complex gates); ``a`` has ``b``'s dtype.
+            complex128 (LRU-style complex gates; on the CPU, float32 and complex64 recur in
+            double precision); ``a`` has ``b``'s dtype.
         dim: the time dimension.
         initial_state: ``h_{-1}``, shaped like ``b`` without ``dim``; with ``offsets``,
             ``(S, *that)``, one per sequence. Zeros when ``None``. float32 for half inputs

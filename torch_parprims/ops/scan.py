@@ -15,8 +15,9 @@ def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, re
 
     Args:
         x: a tensor of any shape (strided views are read in place). float16, bfloat16,
-            float32, float64 for every op (half types compute in float32); int32, int64 and
-            bool for add, max, min; complex64 and complex128 for add.
+            float32, float64 for every op (half types compute in float32; on the CPU, add, mul
+            and logaddexp of float32 and complex64 accumulate in double, as torch.cumsum does);
+            int32, int64 and bool for add, max, min; complex64 and complex128 for add.
         dim: the dimension to scan.
         op: the operator.
         exclusive: output ``t`` excludes ``x[t]``; the first output is the identity
