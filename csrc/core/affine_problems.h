@@ -74,9 +74,10 @@ struct AffineProblem : ProblemBase<Affine<C>> {
 
 // A: (..., L, D, D) row-major in its last two dims; b and h: (..., L, D). The row enumeration
 // is over b's leading dims; `a_mat_stride` / `b_vec_stride` step within a matrix / vector.
-template <class T, int D>
-struct MatrixAffineProblem : ProblemBase<MatrixAffine<T, D>> {
-  using Value = typename MatrixAffine<T, D>::value_type;
+// `T` is the storage type of every tensor, `C` the type the recurrence computes in.
+template <class T, int D, class C = T>
+struct MatrixAffineProblem : ProblemBase<MatrixAffine<C, D>> {
+  using Value = typename MatrixAffine<C, D>::value_type;
   using Cursor = ThreeCursor;
   const T* A = nullptr;
   const T* b = nullptr;
@@ -97,10 +98,10 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<T, D>> {
     const T* bp = b + c.b + pos * b_rows.stride_len;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      v.b[i] = i < d ? bp[i * b_stride] : T(0);
+      v.b[i] = i < d ? static_cast<C>(bp[i * b_stride]) : C(0);
 #pragma unroll
       for (int j = 0; j < D; ++j) {
-        v.A[i * D + j] = (i < d && j < d) ? Ap[i * A_row_stride + j * A_col_stride] : T(0);
+        v.A[i * D + j] = (i < d && j < d) ? static_cast<C>(Ap[i * A_row_stride + j * A_col_stride]) : C(0);
       }
     }
     return v;
@@ -109,7 +110,7 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<T, D>> {
     T* hp = h + c.h + pos * h_rows.stride_len;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      if (i < d) hp[i * h_stride] = v.b[i];
+      if (i < d) hp[i * h_stride] = static_cast<T>(v.b[i]);
     }
   }
   PP_HD Value at_head(const Value& v, int64_t row, int64_t segment) const {
@@ -118,19 +119,19 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<T, D>> {
     Value r = v;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      T acc = v.b[i];
+      C acc = v.b[i];
 #pragma unroll
-      for (int k = 0; k < D; ++k) acc += k < d ? v.A[i * D + k] * h0[k] : T(0);
+      for (int k = 0; k < D; ++k) acc += k < d ? v.A[i * D + k] * static_cast<C>(h0[k]) : C(0);
       r.b[i] = acc;
     }
     return r;
   }
   PP_HD Value exclusive_head(int64_t row, int64_t segment) const {
-    Value v = MatrixAffine<T, D>::identity();
+    Value v = MatrixAffine<C, D>::identity();
     if (initial != nullptr) {
       const T* h0 = initial + (segment * rows + row) * d;
 #pragma unroll
-      for (int i = 0; i < D; ++i) v.b[i] = i < d ? h0[i] : T(0);
+      for (int i = 0; i < D; ++i) v.b[i] = i < d ? static_cast<C>(h0[i]) : C(0);
     }
     return v;
   }
@@ -138,7 +139,7 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<T, D>> {
     T* f = final_state + (segment * rows + row) * d;
 #pragma unroll
     for (int i = 0; i < D; ++i) {
-      if (i < d) f[i] = v.b[i];
+      if (i < d) f[i] = static_cast<T>(v.b[i]);
     }
   }
 };

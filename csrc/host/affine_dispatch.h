@@ -41,7 +41,7 @@ void dispatch_affine(const AffineArgs& args, const ScanGeometry& g, Engine engin
 
 template <class T, int D, class Engine>
 void run_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engine& engine) {
-  MatrixAffineProblem<T, D> p;
+  MatrixAffineProblem<T, D, accumulate_t<T, Engine>> p;
   p.A = args.A.const_data_ptr<T>();
   p.b = args.b.const_data_ptr<T>();
   p.h = args.h.data_ptr<T>();

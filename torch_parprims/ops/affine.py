@@ -66,7 +66,7 @@ def matrix_affine_scan(
 
     Args:
         A: ``(..., L, d, d)`` transition matrices, leading dims broadcastable to ``b``'s.
-        b: ``(..., L, d)`` inputs; float32 or float64.
+        b: ``(..., L, d)`` inputs; float32 or float64 (on the CPU, float32 recurs in double).
         dim: the time dimension of ``b`` (not its last, state dimension). Default -2.
         initial_state: ``(*b.shape without dim)`` (that is ``(..., d)``), or ``(S, ..., d)``
             with ``offsets``. Zeros when ``None``.
