@@ -241,6 +241,11 @@ def scan_scale(x, offsets, dim, op, exclusive, reverse, expected):
     raise ValueError(op)
 
 
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Norm-wise relative error ``||actual - expected|| / ||expected||``, in float64."""
+    return float((actual.double() - expected).norm() / expected.norm())
+
+
 def magnitude(t: torch.Tensor) -> torch.Tensor:
     """The largest finite ``|t|`` (0 for an empty tensor): a scale for norm-wise comparisons."""
     a = t.detach().abs().to(torch.float64)

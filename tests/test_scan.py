@@ -11,7 +11,7 @@ from torch_parprims import reference as ref
 from helpers import (
     sample_params,
     COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, VIEWS, assert_close, draw, finite_mask_fn,
-    grad_leaf, grad_weights, magnitude, numel, scan_scale, slow, with_layout, NONDET_TOL)
+    grad_leaf, grad_weights, magnitude, numel, rel_err, scan_scale, slow, with_layout, NONDET_TOL)
 
 OPS = ("add", "mul", "max", "min", "logaddexp")
 SIZES = (0, 1, 31, 32, 33, 2047, 2048, 2049)
@@ -205,10 +205,6 @@ def test_scan_gradcheck(s, device):
     assert torch.autograd.gradcheck(fn, (x,), fast_mode=x.numel() > 300, nondet_tol=NONDET_TOL)
 
 
-def _rel_err(actual, expected):
-    return float((actual.double() - expected).norm() / expected.norm())
-
-
 @pytest.mark.parametrize("op", ("add", "mul", "logaddexp"))
 def test_cpu_long_row_accumulates_in_double(op):
     """A float32 row of 2^20 on the CPU is as accurate as torch's own CPU scans: one rounding of
@@ -216,10 +212,10 @@ def test_cpu_long_row_accumulates_in_double(op):
     n = 1 << 20
     x = {"add": torch.randn(n), "mul": torch.exp(0.01 * torch.randn(n)), "logaddexp": 3 * torch.randn(n)}[op]
     expected = ref.scan(x.double(), 0, op)
-    assert _rel_err(pp.scan(x, 0, op), expected) < 1e-7
+    assert rel_err(pp.scan(x, 0, op), expected) < 1e-7
     offsets = torch.tensor([0, 5, n // 2, n])
     expected = torch.cat([ref.scan(x[i:j].double(), 0, op) for i, j in zip(offsets[:-1], offsets[1:])])
-    assert _rel_err(pp.segmented_scan(x, offsets, 0, op), expected) < 1e-7
+    assert rel_err(pp.segmented_scan(x, offsets, 0, op), expected) < 1e-7
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
