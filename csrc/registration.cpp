@@ -2,6 +2,7 @@
 // device in csrc/cpu/*_kernel.cpp and csrc/cuda/*_kernel.cu.
 #include <torch/library.h>
 
+#include "core/selective_scan.h"
 #include "host/scan_host.h"
 
 TORCH_LIBRARY(parprims, m) {
@@ -27,6 +28,25 @@ TORCH_LIBRARY(parprims, m) {
   m.def("_matrix_affine_scan_exclusive(Tensor A, Tensor b, int dim, Tensor? initial_state, "
         "Tensor? offsets, bool reverse) -> (Tensor, Tensor)");
 
+  // ---- selective scan (Mamba-1) ----
+  m.def("selective_scan(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D=None, Tensor? z=None, "
+        "Tensor? delta_bias=None, bool delta_softplus=False, Tensor? initial_state=None, "
+        "Tensor? cu_seqlens=None) -> (Tensor, Tensor)");
+  // The forward with the states the backward restarts from (checkpoints; empty unless asked).
+  m.def("_selective_scan_forward(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+        "Tensor? delta_bias, bool delta_softplus, Tensor? initial_state, Tensor? cu_seqlens, "
+        "bool save_checkpoints) -> (Tensor, Tensor, Tensor)");
+  // Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state); absent inputs get
+  // empty tensors.
+  m.def("_selective_scan_backward(Tensor grad_out, Tensor? grad_last_state, Tensor u, Tensor delta, Tensor A, "
+        "Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus, "
+        "Tensor? initial_state, Tensor? cu_seqlens, Tensor checkpoints) -> (Tensor, Tensor, Tensor, Tensor, "
+        "Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("_selective_scan_checkpoint_every() -> int");
+  // One decode step, updating `state` in place; returns out.
+  m.def("selective_state_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, "
+        "Tensor? D=None, Tensor? z=None, Tensor? dt_bias=None, bool dt_softplus=False) -> Tensor");
+
   // ---- packed-sequence utilities ----
   m.def("check_offsets(Tensor offsets, SymInt total) -> ()");
   m.def("_set_checks(bool enabled) -> ()");
@@ -42,4 +62,5 @@ TORCH_LIBRARY_IMPL(parprims, CompositeExplicitAutograd, m) {
 TORCH_LIBRARY_IMPL(parprims, CatchAll, m) {
   m.impl("_set_checks", [](bool enabled) { parprims::host::set_checks_enabled(enabled); });
   m.impl("_checks_enabled", []() { return parprims::host::checks_enabled(); });
+  m.impl("_selective_scan_checkpoint_every", []() -> int64_t { return parprims::kSelectiveScanCheckpointEvery; });
 }

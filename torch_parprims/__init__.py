@@ -10,12 +10,16 @@ load_extension()
 from .ops.checks import check_offsets, set_checks  # noqa: E402
 from .ops.scan import scan, segmented_scan  # noqa: E402
 from .ops.affine import affine_scan, matrix_affine_scan  # noqa: E402
+from .ops.selective_scan import selective_scan, selective_scan_fn, selective_state_update  # noqa: E402
 
 __all__ = [
     "scan",
     "segmented_scan",
     "affine_scan",
     "matrix_affine_scan",
+    "selective_scan",
+    "selective_scan_fn",
+    "selective_state_update",
     "check_offsets",
     "set_checks",
 ]

@@ -304,3 +304,141 @@ def matrix_affine_scan(
     step = lambda t, h: (Aw[t] @ h.unsqueeze(-1)).squeeze(-1) + B[t]
     h, final = _recurrence(step, B, h0, offsets, reverse, exclusive)
     return h.movedim(0, dim), (final if offsets is not None else final[0])
+
+
+# ---- selective scan (Mamba-1) ---------------------------------------------------------------
+
+
+def _per_channel(P: Tensor, dim: int) -> Tensor:
+    """B or C as ``(batch, dim, N, L)`` (variable, grouped) or ``(dim, N)`` (constant), float64."""
+    P = P.to(torch.float64)
+    if P.dim() == 3:  # (batch, N, L): shared by every channel
+        return P.unsqueeze(1).expand(P.shape[0], dim, P.shape[1], P.shape[2])
+    if P.dim() == 4:  # (batch, G, N, L): channel d reads group d // (dim // G)
+        return P.repeat_interleave(dim // P.shape[1], dim=1)
+    return P
+
+
+def selective_scan(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    delta_bias: Optional[Tensor] = None,
+    delta_softplus: bool = False,
+    initial_state: Optional[Tensor] = None,
+    cu_seqlens: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    """Mamba-1's selective scan, one time step after another, in float64.
+
+    Shapes: u, delta, z ``(batch, dim, L)``; A ``(dim, N)``; B and C ``(dim, N)`` (constant),
+    ``(batch, N, L)`` (variable) or ``(batch, G, N, L)`` (grouped: channel d reads group
+    d // (dim // G)); D, delta_bias ``(dim,)``. For every (batch, d, n)::
+
+        delta_t = softplus(delta_t + delta_bias)          (softplus only if delta_softplus)
+        h_t     = exp(delta_t * A) * h_{t-1} + delta_t * B_t * u_t
+        y_t     = sum_n C_t * h_t + D * u_t
+        out_t   = y_t * silu(z_t)                        (when z is given)
+
+    ``h_{-1}`` is ``initial_state`` ``(batch, dim, N)`` or zeros. With ``cu_seqlens`` (batch 1,
+    sequences packed along L), the state restarts at every sequence from its own initial state
+    (``(S, dim, N)``). Returns ``(out, last_state)`` in float64: ``last_state`` is the state after
+    the last step of each row (or sequence; an empty sequence keeps its initial state).
+    """
+    f64 = torch.float64
+    u, delta, A = u.to(f64), delta.to(f64), A.to(f64)
+    batch, dim, length = u.shape
+    if delta_bias is not None:
+        delta = delta + delta_bias.to(f64)[:, None]
+    if delta_softplus:
+        delta = torch.nn.functional.softplus(delta)
+    Bc, Cc = _per_channel(B, dim), _per_channel(C, dim)
+
+    def step_terms(t):
+        Bt = Bc[..., t] if Bc.dim() == 4 else Bc
+        Ct = Cc[..., t] if Cc.dim() == 4 else Cc
+        dA = torch.exp(delta[:, :, t, None] * A)  # (batch, dim, N)
+        dBu = (delta[:, :, t] * u[:, :, t])[..., None] * Bt
+        return dA, dBu, Ct
+
+    ys = []
+    if cu_seqlens is None:
+        h = torch.zeros(batch, dim, A.shape[1], dtype=f64, device=u.device)
+        if initial_state is not None:
+            h = initial_state.to(f64).expand_as(h)
+        for t in range(length):
+            dA, dBu, Ct = step_terms(t)
+            h = dA * h + dBu
+            ys.append((h * Ct).sum(-1))
+        last = h
+    else:
+        lasts = []
+        for k, (s, e) in enumerate(segments(length, cu_seqlens)):
+            h = torch.zeros(batch, dim, A.shape[1], dtype=f64, device=u.device)
+            if initial_state is not None:
+                h = initial_state[k : k + 1].to(f64)
+            for t in range(s, e):
+                dA, dBu, Ct = step_terms(t)
+                h = dA * h + dBu
+                ys.append((h * Ct).sum(-1))
+            lasts.append(h[0])
+        last = torch.stack(lasts) if lasts else u.new_zeros(0, dim, A.shape[1], dtype=f64)
+    y = torch.stack(ys, dim=-1) if ys else u.new_zeros(batch, dim, 0, dtype=f64)
+    if D is not None:
+        y = y + D.to(f64)[:, None] * u
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.to(f64))
+    return y, last
+
+
+def selective_state_update(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+) -> Tuple[Tensor, Tensor]:
+    """One decode step of the selective scan, in float64; returns ``(out, new_state)``.
+
+    Without heads: state ``(batch, dim, N)``, x/dt/z ``(batch, dim)``, A ``(dim, N)``, B/C
+    ``(batch, N)`` or ``(batch, G, N)``, D/dt_bias ``(dim,)``. With heads: state
+    ``(batch, H, P, N)``, x/dt/z ``(batch, H, P)``, A ``(H, P, N)``, B/C ``(batch, G, N)``,
+    D/dt_bias ``(H, P)``. The state is not modified here.
+    """
+    f64 = torch.float64
+    heads = state.dim() == 4
+    s = state.to(f64)
+    if not heads:  # one head of `dim` channels
+        s, x, dt, A = s[:, None], x[:, None], dt[:, None], A[None]
+        z = None if z is None else z[:, None]
+        D = None if D is None else D[None]
+        dt_bias = None if dt_bias is None else dt_bias[None]
+    nheads = s.shape[1]
+    B, C = B.to(f64), C.to(f64)
+    if B.dim() == 2:
+        B, C = B[:, None], C[:, None]
+    B = B.repeat_interleave(nheads // B.shape[1], dim=1)[:, :, None]  # (batch, H, 1, N)
+    C = C.repeat_interleave(nheads // C.shape[1], dim=1)[:, :, None]
+    dt = dt.to(f64)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(f64)
+    if dt_softplus:
+        dt = torch.nn.functional.softplus(dt)
+    x = x.to(f64)
+    new = torch.exp(dt[..., None] * A.to(f64)) * s + (dt * x)[..., None] * B
+    out = (new * C).sum(-1)
+    if D is not None:
+        out = out + D.to(f64) * x
+    if z is not None:
+        out = out * torch.nn.functional.silu(z.to(f64))
+    if not heads:
+        out, new = out[:, 0], new[:, 0]
+    return out, new
