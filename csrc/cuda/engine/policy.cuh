@@ -35,3 +35,21 @@ struct ColumnPolicy {
 };
 
 }  // namespace parprims::cuda
+
+namespace parprims::cuda {
+
+// Selective scan: a thread keeps kStatesPerThread states of one (batch, channel) row in
+// registers and walks time sequentially; threads_per_channel = N / kStatesPerThread rounded up
+// to a power of two (at most 32, a warp; larger N is walked in several state tiles); a block
+// holds kThreads / threads_per_channel channels. The forward stages kForwardChunk steps of
+// the block's inputs in shared memory at a time; the backward recomputes and walks
+// kSelectiveScanCheckpointEvery steps at a time (the forward's checkpoint spacing), holding
+// their states in registers.
+struct SelectiveScanPolicy {
+  static constexpr int kThreads = 128;
+  static constexpr int kStatesPerThread = 4;
+  static constexpr int kMaxThreadsPerChannel = 32;
+  static constexpr int kForwardChunk = 32;
+};
+
+}  // namespace parprims::cuda

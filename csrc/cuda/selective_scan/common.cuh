@@ -1,0 +1,110 @@
+// What the selective-scan kernels share: the launch shape, the thread's place in it, typed
+// loads, and the walk over packed sequences.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "../../core/selective_scan.h"
+#include "../engine/policy.cuh"
+
+namespace parprims::cuda {
+
+using Policy = SelectiveScanPolicy;
+constexpr int kStates = Policy::kStatesPerThread;
+
+// The launch shape, decided on the host from N and dim (selective_scan_kernel.cu).
+struct SelectiveScanShape {
+  int threads_per_channel = 1;  // a power of two <= 32
+  int log2_threads_per_channel = 0;
+  int channels_per_block = Policy::kThreads;
+  int states_per_tile = kStates;  // threads_per_channel * kStates
+  int state_tiles = 1;            // > 1 only when N > 32 * kStates
+  int64_t blocks_per_group = 1;   // blocks over one group's channels
+  int64_t blocks = 1;             // batch * groups * blocks_per_group
+  // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
+  void* y_scratch = nullptr;
+  void* du_scratch = nullptr;
+  void* ddelta_scratch = nullptr;
+};
+
+// The gate exp(delta * A): float uses the special-function unit's exp2 on A pre-scaled by
+// log2(e) (one instruction per state update, as mamba-ssm does); double uses exp.
+template <class Acc>
+struct Gate {
+  static constexpr Acc kScale = sizeof(Acc) == 4 ? Acc(1.4426950408889634) : Acc(1);
+  static __device__ __forceinline__ Acc exp_scaled(Acc x) {
+    if constexpr (sizeof(Acc) == 4) {
+      return exp2f(x);
+    } else {
+      return ::exp(x);
+    }
+  }
+};
+
+// Where a thread sits: batch row, group, block of channels, its channel and its states.
+struct ThreadPlace {
+  int64_t b, group, block_in_group, d;
+  int channel;    // within the block
+  int quad;       // which kStates states of the tile (lane within the channel)
+  bool active;    // the channel exists (the last block of a group may be partial)
+
+  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t block) {
+    block_in_group = block % s.blocks_per_group;
+    group = (block / s.blocks_per_group) % p.groups;
+    b = block / (s.blocks_per_group * p.groups);
+    channel = threadIdx.x >> s.log2_threads_per_channel;
+    quad = threadIdx.x & (s.threads_per_channel - 1);
+    const int64_t local = block_in_group * s.channels_per_block + channel;
+    active = local < p.dim_per_group;
+    d = group * p.dim_per_group + (active ? local : 0);
+  }
+  // The first channel of the block, and whether block-local channel c exists.
+  __device__ int64_t first_channel(const SelectiveScanParams& p, const SelectiveScanShape& s) const {
+    return group * p.dim_per_group + block_in_group * s.channels_per_block;
+  }
+  __device__ bool has_channel(const SelectiveScanParams& p, const SelectiveScanShape& s, int c) const {
+    return block_in_group * s.channels_per_block + c < p.dim_per_group;
+  }
+};
+
+template <class In, class Acc>
+__device__ __forceinline__ Acc load_as(const void* base, int64_t at) {
+  return static_cast<Acc>(static_cast<const In*>(base)[at]);
+}
+
+// Staged items of a chunk: (channel, step) pairs laid out so that consecutive threads read
+// consecutive addresses of u (time fastest when u's time stride is 1, channels otherwise).
+struct ChunkItem {
+  int channel, step;
+  __device__ ChunkItem(int idx, int channels, int steps, bool time_fastest) {
+    channel = time_fastest ? idx / steps : idx % channels;
+    step = time_fastest ? idx % steps : idx / channels;
+  }
+};
+
+// Sum over the lanes of one channel (an aligned group of threads_per_channel lanes).
+template <class Acc>
+__device__ __forceinline__ Acc sum_over_channel(Acc v, int threads_per_channel) {
+  for (int offset = threads_per_channel >> 1; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// Packed sequences: the last sequence k with offsets[k] <= t (a sequence holding t, or the
+// last of empty ones before it), by binary search.
+__device__ __forceinline__ int64_t sequence_of(const SelectiveScanParams& p, int64_t t) {
+  int64_t lo = 0, hi = p.num_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (p.seq_offset(mid) <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ int64_t sequence_end(const SelectiveScanParams& p, int64_t k) {
+  return (p.offsets && k + 1 < p.num_seqs) ? p.seq_offset(k + 1) : p.len;
+}
+
+}  // namespace parprims::cuda

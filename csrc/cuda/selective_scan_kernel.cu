@@ -1,0 +1,95 @@
+// CUDA kernels of selective_scan: the host side of the fused forward and backward
+// (csrc/cuda/selective_scan/{forward,backward}.cuh hold the kernels).
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "../host/scan_host.h"
+#include "../host/selective_scan_host.h"
+#include "selective_scan/launch.h"
+
+namespace parprims::cuda {
+namespace {
+
+using host::OptionalTensor;
+
+host::SelectiveScanInputs checked_inputs(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
+                                         const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D,
+                                         const OptionalTensor& z, const OptionalTensor& delta_bias,
+                                         bool delta_softplus, const OptionalTensor& initial_state,
+                                         const OptionalTensor& cu_seqlens) {
+  return host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens,
+                                    /*validate_offsets=*/host::checks_enabled());
+}
+
+// Scratch accumulators across state tiles (only when N needs more than one tile).
+void add_scratch(SelectiveScanShape& shape, const host::SelectiveScanInputs& in, int count, at::Tensor (&keep)[3]) {
+  if (shape.state_tiles <= 1) return;
+  void** slots[3] = {&shape.y_scratch, &shape.du_scratch, &shape.ddelta_scratch};
+  for (int k = 0; k < count; ++k) {
+    keep[k] = at::empty({in.batch, in.dim, in.len}, in.u.options().dtype(in.compute));
+    *slots[k] = keep[k].data_ptr();
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
+    const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
+    const OptionalTensor& D, const OptionalTensor& z, const OptionalTensor& delta_bias, bool delta_softplus,
+    const OptionalTensor& initial_state, const OptionalTensor& cu_seqlens, bool save_checkpoints) {
+  const c10::cuda::CUDAGuard guard(u.device());
+  auto fw = host::prepare_selective_scan_forward(
+      checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens),
+      save_checkpoints ? kSelectiveScanCheckpointEvery : 0);
+  const auto& in = fw.in;
+  if (in.dim == 0 || fw.last_state.numel() == 0) return {fw.out, fw.last_state, fw.checkpoints};
+  if (in.len == 0) {  // no step: every last state is its initial state
+    if (in.initial_state.defined()) fw.last_state.copy_(in.initial_state);
+    else fw.last_state.zero_();
+    return {fw.out, fw.last_state, fw.checkpoints};
+  }
+  auto shape = selective_scan_shape(fw.params);
+  at::Tensor scratch[3];
+  add_scratch(shape, in, 1, scratch);
+  launch_selective_scan_forward(fw.params, shape, u.scalar_type());
+  return {fw.out, fw.last_state, fw.checkpoints};
+}
+
+host::SelectiveScanGradients selective_scan_backward(
+    const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
+    const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
+    const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
+    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints_in) {
+  const c10::cuda::CUDAGuard guard(u.device());
+  auto in = checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens);
+  // A forward that was not asked for checkpoints (called directly, or without grad) runs again.
+  at::Tensor checkpoints = checkpoints_in;
+  if (checkpoints.numel() == 0 && in.len > 0 && in.batch > 0 && in.dim > 0) {
+    checkpoints = std::get<2>(selective_scan_forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                                     initial_state, cu_seqlens, /*save_checkpoints=*/true));
+  }
+  const auto shape_params = host::input_params(in);
+  auto shape = selective_scan_shape(shape_params);
+  const bool has_steps = in.len > 0 && in.batch > 0 && in.dim > 0;
+  auto bw = host::prepare_selective_scan_backward(std::move(in), grad_out, grad_last_state,
+                                                  has_steps ? checkpoints : at::Tensor(),
+                                                  has_steps ? kSelectiveScanCheckpointEvery : 0,
+                                                  shape.channels_per_block);
+  if (!has_steps) {
+    for (auto* t : {&bw.dA_partial, &bw.dD_partial, &bw.ddelta_bias_partial, &bw.dB_partial, &bw.dC_partial}) {
+      if (t->defined()) t->zero_();
+    }
+    return host::finish_selective_scan_backward(bw);
+  }
+  at::Tensor scratch[3];
+  add_scratch(shape, bw.in, 3, scratch);
+  launch_selective_scan_backward(bw.params, bw.grads, shape, u.scalar_type());
+  return host::finish_selective_scan_backward(bw);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
+  m.impl("_selective_scan_forward", &selective_scan_forward);
+  m.impl("_selective_scan_backward", &selective_scan_backward);
+}
+
+}  // namespace parprims::cuda
