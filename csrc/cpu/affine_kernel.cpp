@@ -13,7 +13,7 @@ namespace {
 using OptTensor = c10::optional<at::Tensor>;
 
 template <bool kExclusive>
-std::tuple<at::Tensor, at::Tensor> affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim,
+std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at::Tensor& b, int64_t dim,
                                                const OptTensor& initial_state, const OptTensor& offsets,
                                                bool reverse, bool log_gates) {
   const auto c = host::prepare_affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, kExclusive);
@@ -22,7 +22,7 @@ std::tuple<at::Tensor, at::Tensor> affine_scan(const at::Tensor& a, const at::Te
 }
 
 template <bool kExclusive>
-std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const at::Tensor& A, const at::Tensor& b, int64_t dim,
+std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, const at::Tensor& b, int64_t dim,
                                                       const OptTensor& initial_state,
                                                       const OptTensor& offsets, bool reverse) {
   const auto c = host::prepare_matrix_affine_scan(A, b, dim, initial_state, offsets, reverse, kExclusive);
@@ -33,10 +33,10 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const at::Tensor& A, const
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
-  m.impl("affine_scan", &affine_scan<false>);
-  m.impl("_affine_scan_exclusive", &affine_scan<true>);
-  m.impl("matrix_affine_scan", &matrix_affine_scan<false>);
-  m.impl("_matrix_affine_scan_exclusive", &matrix_affine_scan<true>);
+  m.impl("affine_scan", &affine_scan_op<false>);
+  m.impl("_affine_scan_exclusive", &affine_scan_op<true>);
+  m.impl("matrix_affine_scan", &matrix_affine_scan_op<false>);
+  m.impl("_matrix_affine_scan_exclusive", &matrix_affine_scan_op<true>);
 }
 
 }  // namespace parprims::cpu

@@ -23,20 +23,20 @@ void run(const host::PreparedScan& c) {
   }
 }
 
-at::Tensor scan(const at::Tensor& x, int64_t dim, c10::string_view op, bool exclusive, bool reverse) {
+at::Tensor scan_op(const at::Tensor& x, int64_t dim, c10::string_view op, bool exclusive, bool reverse) {
   const auto c = host::prepare_scan(x, c10::nullopt, dim, op, exclusive, reverse);
   run(c);
   return c.result;
 }
 
-at::Tensor segmented_scan(const at::Tensor& x, const at::Tensor& offsets, int64_t dim, c10::string_view op,
+at::Tensor segmented_scan_op(const at::Tensor& x, const at::Tensor& offsets, int64_t dim, c10::string_view op,
                           bool exclusive, bool reverse) {
   const auto c = host::prepare_scan(x, offsets, dim, op, exclusive, reverse);
   run(c);
   return c.result;
 }
 
-std::tuple<at::Tensor, at::Tensor> scan_with_indices(const at::Tensor& x, const OptTensor& offsets,
+std::tuple<at::Tensor, at::Tensor> scan_with_indices_op(const at::Tensor& x, const OptTensor& offsets,
                                                      int64_t dim, c10::string_view op, bool exclusive,
                                                      bool reverse) {
   const auto c = host::prepare_scan_with_indices(x, offsets, dim, op, exclusive, reverse);
@@ -44,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor> scan_with_indices(const at::Tensor& x, const 
   return c.result;
 }
 
-std::tuple<at::Tensor, at::Tensor> scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
+std::tuple<at::Tensor, at::Tensor> scan_bicyclic_op(const at::Tensor& p, const at::Tensor& q,
                                                  const OptTensor& offsets, int64_t dim, bool exclusive,
                                                  bool reverse) {
   const auto c = host::prepare_scan_bicyclic(p, q, offsets, dim, exclusive, reverse);
@@ -55,10 +55,10 @@ std::tuple<at::Tensor, at::Tensor> scan_bicyclic(const at::Tensor& p, const at::
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
-  m.impl("scan", &scan);
-  m.impl("segmented_scan", &segmented_scan);
-  m.impl("_scan_with_indices", &scan_with_indices);
-  m.impl("_scan_bicyclic", &scan_bicyclic);
+  m.impl("scan", &scan_op);
+  m.impl("segmented_scan", &segmented_scan_op);
+  m.impl("_scan_with_indices", &scan_with_indices_op);
+  m.impl("_scan_bicyclic", &scan_bicyclic_op);
 }
 
 }  // namespace parprims::cpu

@@ -72,7 +72,7 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
   TORCH_CHECK(at::is_expandable_to(a.sizes(), b.sizes()),
               "a: expected a shape broadcastable to b's ", b.sizes(), ", got ", a.sizes());
   const int64_t dim = wrap_dim(b, dim_in);
-  check_offsets_for(offsets, b, b.size(dim));
+  const at::Tensor packed = checked_offsets(offsets, b, b.size(dim));
 
   PreparedAffine args;
   args.a = a.expand_as(b);
@@ -86,8 +86,9 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
   args.initial = prepare_initial(initial_state, b, shape, sdtype);
   args.final_state = allocate_final(args.initial, shape, b.options().dtype(sdtype),
                                     offsets.has_value() || b.size(dim) == 0);
+  args.offsets = packed;
   args.launch = b.numel() > 0;
-  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse);
+  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
   return args;
 }
 
@@ -122,7 +123,7 @@ PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::T
               -nd, ", ", nd - 2, "] for b of shape ", b.sizes(), " (the default -2 is the L of "
               "(..., L, d)), got ", dim_in);
   const auto b_lead = b.select(-1, 0);
-  check_offsets_for(offsets, b, b.size(dim));
+  const at::Tensor packed = checked_offsets(offsets, b, b.size(dim));
 
   PreparedMatrixAffine args;
   auto A_shape = lead;
@@ -139,8 +140,9 @@ PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::T
   args.initial = prepare_initial(initial_state, b, shape, b.scalar_type());
   args.final_state = allocate_final(args.initial, shape, b.options(),
                                     offsets.has_value() || b.size(dim) == 0);
+  args.offsets = packed;
   args.launch = b.numel() > 0;
-  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse);
+  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
   return args;
 }
 

@@ -21,6 +21,7 @@ struct PreparedAffine {
   int64_t dim = 0;
   int64_t rows = 0;
   bool log_gates = false;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
   ScanGeometry geometry;
   bool launch = false;  // false when b has no elements
   std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
@@ -37,6 +38,7 @@ struct PreparedMatrixAffine {
   int64_t dim = 0;
   int64_t rows = 0;
   int64_t d = 0;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
   ScanGeometry geometry;
   bool launch = false;
   std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }

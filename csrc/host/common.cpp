@@ -148,10 +148,11 @@ void check_offsets_arg(const at::Tensor& offsets, const at::Tensor& data, int64_
   if (validate_values) validate_offsets(offsets, len);
 }
 
-void check_offsets_for(const c10::optional<at::Tensor>& offsets, const at::Tensor& data, int64_t len) {
-  if (!offsets.has_value()) return;
+at::Tensor checked_offsets(const c10::optional<at::Tensor>& offsets, const at::Tensor& data, int64_t len) {
+  if (!offsets.has_value()) return at::Tensor();
   // CPU offsets cost one loop to validate; CUDA ones a sync, so only when checks are on.
   check_offsets_arg(*offsets, data, len, offsets->is_cpu() || checks_enabled());
+  return offsets->contiguous();
 }
 
 namespace {
@@ -167,18 +168,19 @@ std::atomic<bool>& checks_flag() {
 bool checks_enabled() { return checks_flag().load(); }
 void set_checks_enabled(bool on) { checks_flag().store(on); }
 
-ScanGeometry make_geometry(int64_t rows, int64_t len, const c10::optional<at::Tensor>& offsets,
-                           bool exclusive, bool reverse) {
+ScanGeometry make_geometry(int64_t rows, int64_t len, const at::Tensor& offsets, bool exclusive,
+                           bool reverse) {
   ScanGeometry g;
   g.rows = rows;
   g.len = len;
   g.exclusive = exclusive;
   g.reverse = reverse;
   g.deterministic = at::globalContext().deterministicAlgorithms();
-  if (offsets.has_value()) {
-    g.segments.offsets = offsets->data_ptr();
-    g.segments.offsets_are_int64 = offsets->scalar_type() == at::kLong;
-    g.segments.num_segments = offsets->numel() - 1;
+  if (offsets.defined()) {
+    TORCH_INTERNAL_ASSERT(offsets.is_contiguous());
+    g.segments.offsets = offsets.const_data_ptr();
+    g.segments.offsets_are_int64 = offsets.scalar_type() == at::kLong;
+    g.segments.num_segments = offsets.numel() - 1;
   }
   return g;
 }

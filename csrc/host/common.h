@@ -29,8 +29,10 @@ int64_t row_count(const at::Tensor& x, int64_t dim);
 
 // Checks optional packed-sequence `offsets` for `data` of length `len` along the scanned
 // dimension: dtype, shape and device always; the values when they are on the CPU (free) or
-// when checks are enabled (a device-to-host copy on CUDA).
-void check_offsets_for(const c10::optional<at::Tensor>& offsets, const at::Tensor& data, int64_t len);
+// when checks are enabled (a device-to-host copy on CUDA). Returns them contiguous (the
+// engines index them densely; a prepared call keeps this tensor alive through the launch), or
+// an undefined tensor without offsets.
+at::Tensor checked_offsets(const c10::optional<at::Tensor>& offsets, const at::Tensor& data, int64_t len);
 
 // Checks `offsets` as an argument (dtype, shape, device) for data of length `len` along the
 // scanned dimension; validates its values too when `validate_values`.
@@ -45,7 +47,8 @@ void validate_offsets(const at::Tensor& offsets, int64_t total);
 bool checks_enabled();
 void set_checks_enabled(bool on);
 
-ScanGeometry make_geometry(int64_t rows, int64_t len, const c10::optional<at::Tensor>& offsets,
-                           bool exclusive, bool reverse);
+// `offsets`: contiguous (from checked_offsets), or undefined for one segment per row.
+ScanGeometry make_geometry(int64_t rows, int64_t len, const at::Tensor& offsets, bool exclusive,
+                           bool reverse);
 
 }  // namespace parprims::host

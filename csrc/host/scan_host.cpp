@@ -43,8 +43,8 @@ namespace {
 // A 0-d tensor scans as a 1-element vector.
 at::Tensor as_vector_if_scalar(const at::Tensor& x) { return x.dim() == 0 ? x.reshape({1}) : x; }
 
-ScanGeometry geometry_for(const at::Tensor& x, int64_t dim, const c10::optional<at::Tensor>& offsets,
-                          bool exclusive, bool reverse) {
+ScanGeometry geometry_for(const at::Tensor& x, int64_t dim, const at::Tensor& offsets, bool exclusive,
+                          bool reverse) {
   return make_geometry(row_count(x, dim), x.size(dim), offsets, exclusive, reverse);
 }
 
@@ -57,11 +57,11 @@ PreparedScan prepare_scan(const at::Tensor& x_in, const c10::optional<at::Tensor
   check_scan_dtype(c.op, x_in.scalar_type());
   c.in = as_vector_if_scalar(x_in);
   c.dim = wrap_dim(c.in, dim_in);
-  check_offsets_for(offsets, c.in, c.in.size(c.dim));
+  c.offsets = checked_offsets(offsets, c.in, c.in.size(c.dim));
   c.out = at::empty_like(c.in, c.in.options().dtype(scan_output_dtype(c.op, x_in.scalar_type())));
   c.result = x_in.dim() == 0 ? c.out.reshape({}) : c.out;
   c.launch = c.in.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(c.in, c.dim, offsets, exclusive, reverse);
+  if (c.launch) c.geometry = geometry_for(c.in, c.dim, c.offsets, exclusive, reverse);
   return c;
 }
 
@@ -78,13 +78,13 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x_in,
   c.is_max = op == ScanOp::kMax;
   c.in = as_vector_if_scalar(x_in);
   c.dim = wrap_dim(c.in, dim_in);
-  check_offsets_for(offsets, c.in, c.in.size(c.dim));
+  c.offsets = checked_offsets(offsets, c.in, c.in.size(c.dim));
   c.out = at::empty_like(c.in);
   c.index = at::empty_like(c.in, c.in.options().dtype(at::kLong));
   c.result = x_in.dim() == 0 ? std::make_tuple(c.out.reshape({}), c.index.reshape({}))
                              : std::make_tuple(c.out, c.index);
   c.launch = c.in.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(c.in, c.dim, offsets, exclusive, reverse);
+  if (c.launch) c.geometry = geometry_for(c.in, c.dim, c.offsets, exclusive, reverse);
   return c;
 }
 
@@ -99,13 +99,13 @@ PreparedBicyclic prepare_scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
   TORCH_CHECK(p.dim() >= 1, "p: expected at least one dimension");
   PreparedBicyclic c;
   c.dim = wrap_dim(p, dim_in);
-  check_offsets_for(offsets, p, p.size(c.dim));
+  c.offsets = checked_offsets(offsets, p, p.size(c.dim));
   c.p_in = p;
   c.q_in = q;
   c.p_out = at::empty_like(p);
   c.q_out = at::empty_like(q);
   c.launch = p.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(p, c.dim, offsets, exclusive, reverse);
+  if (c.launch) c.geometry = geometry_for(p, c.dim, c.offsets, exclusive, reverse);
   return c;
 }
 

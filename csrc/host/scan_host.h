@@ -27,6 +27,7 @@ struct PreparedScan {
   ScanOp op;
   at::Tensor in, out;  // what the engine reads and writes
   at::Tensor result;   // what the op returns: `out`, or its 0-d view
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
   int64_t dim = 0;
   ScanGeometry geometry;
   bool launch = false;  // false when there is nothing to scan (no elements)
@@ -39,6 +40,7 @@ struct PreparedScanWithIndices {
   bool is_max = true;
   at::Tensor in, out, index;
   std::tuple<at::Tensor, at::Tensor> result;  // (values, indices), 0-d views for a 0-d input
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
   int64_t dim = 0;
   ScanGeometry geometry;
   bool launch = false;
@@ -51,6 +53,7 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x,
 // _scan_bicyclic: the exact non-commutative test monoid over int64 pairs (p, q).
 struct PreparedBicyclic {
   at::Tensor p_in, q_in, p_out, q_out;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
   int64_t dim = 0;
   ScanGeometry geometry;
   bool launch = false;
