@@ -1,9 +1,10 @@
-// The one TORCH_LIBRARY block: every schema of the library. Kernels are registered per
-// device in csrc/cpu/*_kernel.cpp and csrc/cuda/*_kernel.cu.
+// The one TORCH_LIBRARY block: every schema of the library. Each op's kernels are in
+// csrc/cpu/<family>_kernel.cpp and csrc/cuda/<family>_kernel.cu (scan_kernel, affine_kernel, selective_scan_kernel, ...),
+// registered there by name. Dims are counted over the whole tensor, negative from the end.
 #include <torch/library.h>
 
 #include "core/selective_scan.h"
-#include "host/scan_host.h"
+#include "host/common.h"
 
 TORCH_LIBRARY(parprims, m) {
   // ---- scans ----
@@ -23,7 +24,9 @@ TORCH_LIBRARY(parprims, m) {
   // The same with exclusive outputs (h_{t-1}): what the backward of affine and mul scans use.
   m.def("_affine_scan_exclusive(Tensor a, Tensor b, int dim, Tensor? initial_state, "
         "Tensor? offsets, bool reverse, bool log_gates) -> (Tensor, Tensor)");
-  m.def("matrix_affine_scan(Tensor A, Tensor b, int dim=-1, Tensor? initial_state=None, "
+  // `dim` indexes b including its last (state) dimension, which it may not name: the default
+  // -2 is the L of b (..., L, d).
+  m.def("matrix_affine_scan(Tensor A, Tensor b, int dim=-2, Tensor? initial_state=None, "
         "Tensor? offsets=None, bool reverse=False) -> (Tensor, Tensor)");
   m.def("_matrix_affine_scan_exclusive(Tensor A, Tensor b, int dim, Tensor? initial_state, "
         "Tensor? offsets, bool reverse) -> (Tensor, Tensor)");

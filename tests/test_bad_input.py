@@ -72,9 +72,26 @@ def test_scan_with_indices_bad_op_and_dtype(device):
         _ops._scan_with_indices(x.long(), None, 1, "max")
 
 
+@pytest.mark.parametrize("call,pattern", [
+    (lambda dev: pp.scan(torch.ones(2, 5, dtype=torch.int32, device=dev), 1, "mul"), r"got torch\.int32$"),
+    (lambda dev: pp.scan(torch.ones(2, 5, dtype=torch.complex64, device=dev), 1, "max"), r"got torch\.complex64$"),
+    (lambda dev: pp.scan(torch.ones(2, 5, dtype=torch.uint8, device=dev), 1, "add"), r"got torch\.uint8$"),
+    (lambda dev: pp.scan(torch.ones(2, 5, dtype=torch.bool, device=dev), 1, "logaddexp"), r"got torch\.bool$"),
+    (lambda dev: _ops._scan_with_indices(torch.ones(2, 5, dtype=torch.int64, device=dev), None, 1, "max"),
+     r"^x: scans with indices expect a floating tensor, got torch\.int64$"),
+    (lambda dev: pp.affine_scan(*(t.to(torch.complex128) for t in _ab(dev)), -1,
+                                _zeros(2, 3, dtype=torch.complex64, device=dev)),
+     r"^initial_state: expected dtype torch\.complex128 \(b's\), got torch\.complex64$"),
+], ids=["int32", "complex64", "uint8", "bool", "with_indices", "complex_state"])
+def test_dtypes_spelled_as_torch_does(call, pattern, device):
+    """Messages name dtypes as torch spells them (torch.float32), never by their C++ names."""
+    with raises(pattern):
+        call(device)
+
+
 def test_bicyclic_bad_arguments(device):
     p = torch.randint(0, 3, (2, 5), device=device)
-    with raises(r"^p, q: expected int64 tensors"):
+    with raises(r"^p, q: expected torch.int64 tensors, got torch.int32 and torch.int64"):
         _ops._scan_bicyclic(p.int(), p, None, 1)
     with raises(r"^p, q: expected the same shape"):
         _ops._scan_bicyclic(p, p[:, :4], None, 1)
@@ -100,8 +117,8 @@ OFFSETS_CALLS = {
 
 @pytest.mark.parametrize("call", list(OFFSETS_CALLS))
 @pytest.mark.parametrize("offsets,pattern", [
-    (torch.tensor([0.0, 4.0, 10.0]), r"^offsets: expected an int32 or int64 tensor, got Float"),
-    (torch.tensor([0, 4, 10], dtype=torch.int16), r"^offsets: expected an int32 or int64 tensor, got Short"),
+    (torch.tensor([0.0, 4.0, 10.0]), r"^offsets: expected an int32 or int64 tensor, got torch\.float32$"),
+    (torch.tensor([0, 4, 10], dtype=torch.int16), r"^offsets: expected an int32 or int64 tensor, got torch\.int16$"),
     (torch.tensor([[0, 4, 10]]), r"^offsets: expected a 1-D tensor of length num_sequences \+ 1"),
     (torch.zeros(0, dtype=torch.int64), r"^offsets: expected a 1-D tensor of length num_sequences \+ 1"),
     (torch.tensor(0), r"^offsets: expected a 1-D tensor"),
@@ -114,10 +131,10 @@ def test_offsets_bad_dtype_or_shape(call, offsets, pattern, device):
 BAD_VALUES = [
     ([1, 4, 10], r"^offsets: expected offsets\[0\] == 0, got 1"),
     ([-2, 4, 10], r"^offsets: expected offsets\[0\] == 0, got -2"),
-    ([0, 6, 4, 10], r"^offsets: expected non-decreasing values"),
+    ([0, 6, 4, 10], r"^offsets: expected non-decreasing values, got offsets\[1\] = 6 > offsets\[2\] = 4$"),
     ([0, 4, 11], r"^offsets: expected offsets\[-1\] == 10 .*got 11"),
     ([0, 4, 9], r"^offsets: expected offsets\[-1\] == 10 .*got 9"),
-    ([0, 40, 10], r"^offsets: expected non-decreasing values"),  # out of bounds in the middle
+    ([0, 40, 10], r"^offsets: expected non-decreasing values, got offsets\[1\] = 40 > offsets\[2\] = 10$"),
     ([0], r"^offsets: expected offsets\[-1\] == 10 .*got 0"),
 ]
 
@@ -141,6 +158,43 @@ def test_check_offsets(values, pattern, device):
     pp.check_offsets(torch.tensor([0], dtype=torch.int32, device=device), 0)
     with raises(r"^offsets: expected an int32 or int64 tensor"):
         pp.check_offsets(torch.tensor([0.0, 10.0], device=device), 10)
+
+
+LENGTHS_HINT = (r"\. These look like sequence lengths: offsets are cumulative sequence boundaries \(cu_seqlens\), "
+                r"starting at 0: use torch\.cat\(\[lengths\.new_zeros\(1\), lengths\.cumsum\(0\)\]\)$")
+
+
+@pytest.mark.parametrize("call", list(OFFSETS_CALLS))
+@pytest.mark.parametrize("values,pattern", [
+    ([4, 6], r"^offsets: expected offsets\[0\] == 0, got 4" + LENGTHS_HINT),  # lengths, not boundaries
+    ([2, 3, 5], r"^offsets: expected offsets\[0\] == 0, got 2" + LENGTHS_HINT),
+    ([0, 6, 4], r"^offsets: expected non-decreasing values, got offsets\[1\] = 6 > offsets\[2\] = 4" + LENGTHS_HINT),
+    ([1, 4, 10], r"^offsets: expected offsets\[0\] == 0, got 1$"),  # no hint: not lengths summing to 10
+    ([0, 4, 11], r"^offsets: expected offsets\[-1\] == 10 \(the length of the scanned dimension\), "
+                 r"got 11 \(offsets\[2\]\)$"),
+], ids=["lengths", "lengths3", "lengths_decreasing", "no_hint", "last"])
+def test_offsets_messages_say_where(call, values, pattern, device):
+    if device.startswith("cuda"):
+        pp.set_checks(True)
+    with raises(pattern):
+        OFFSETS_CALLS[call](torch.tensor(values, device=device), device)
+
+
+@pytest.mark.parametrize("odtype", (torch.int32, torch.int64))
+def test_offsets_non_contiguous_view(odtype, device):
+    """Offsets may be a strided view: validation reads through the stride."""
+    good = torch.tensor([0, 99, 4, -1, 10], dtype=odtype, device=device)[::2]
+    x = torch.randn(10, 2, device=device)
+    assert not good.is_contiguous()
+    torch.testing.assert_close(pp.segmented_scan(x, good, 0), pp.segmented_scan(x, good.contiguous(), 0))
+    pp.check_offsets(good, 10)
+    bad = torch.tensor([0, 99, 6, -1, 4, 7, 10], dtype=odtype, device=device)[::2]
+    with raises(r"^offsets: expected non-decreasing values, got offsets\[1\] = 6 > offsets\[2\] = 4$"):
+        pp.check_offsets(bad, 10)
+    if device.startswith("cuda"):
+        pp.set_checks(True)
+    with raises(r"^offsets: expected non-decreasing values, got offsets\[1\] = 6 > offsets\[2\] = 4$"):
+        pp.segmented_scan(x, bad, 0)
 
 
 def test_set_checks_round_trip():
@@ -173,6 +227,9 @@ def _zeros(*shape, device, **kw):
     return torch.zeros(*shape, device=device, **kw)
 
 
+MATRIX_DIM = (r"^dim: expected a time dimension of b other than its last \(state\) dimension, in \[-3, 1\] "
+              r"for b of shape \[2, 10, 3\]")
+
 # (a call given the device, the expected message)
 AFFINE_CASES = {
     "init_shape": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 10, device=dev)),
@@ -185,9 +242,11 @@ AFFINE_CASES = {
     "init_dim1": (lambda dev: pp.affine_scan(*_ab(dev), 1, _zeros(2, 3, device=dev)),
                   r"^initial_state: expected shape \[2, 10\]"),
     "init_dtype": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 3, dtype=torch.float64, device=dev)),
-                   r"^initial_state: expected dtype Float"),
+                   r"^initial_state: expected dtype torch\.float32 \(b's\), got torch\.float64$"),
     "init_dtype_half": (lambda dev: pp.affine_scan(*_ab(dev, torch.half), -1, _zeros(2, 3, dtype=torch.bfloat16, device=dev)),
-                        r"^initial_state: expected dtype Float or Half, got BFloat16"),
+                        r"^initial_state: expected dtype torch\.float32 or torch\.float16 \(b's\), got torch\.bfloat16$"),
+    "matrix_init_dtype": (lambda dev: pp.matrix_affine_scan(*_Ab(dev, torch.float64), -2, _zeros(2, 3, device=dev)),
+                          r"^initial_state: expected dtype torch\.float64 \(b's\), got torch\.float32$"),
     "init_device": (lambda dev: pp.affine_scan(*_ab(dev), -1, _zeros(2, 3, device=other_device(dev))),
                     r"^initial_state: expected a tensor on"),
     "a_not_broadcastable": (lambda dev: pp.affine_scan(torch.rand(2, 4, 10, device=dev), _ab(dev)[1]),
@@ -197,10 +256,10 @@ AFFINE_CASES = {
     "a_more_dims": (lambda dev: pp.affine_scan(torch.rand(1, 2, 3, 10, device=dev), _ab(dev)[1]),
                     r"^a: expected a shape broadcastable"),
     "a_dtype": (lambda dev: pp.affine_scan(_ab(dev, torch.float64)[0], _ab(dev)[1]),
-                r"^a: expected the dtype of b \(Float\), got Double"),
+                r"^a: expected the dtype of b \(torch\.float32\), got torch\.float64$"),
     "a_device": (lambda dev: pp.affine_scan(_ab(other_device(dev))[0], _ab(dev)[1]), r"^a: expected a tensor on"),
     "b_int": (lambda dev: pp.affine_scan(*(t.long() for t in _ab(dev))),
-              r"^b: expected a floating or complex tensor, got Long"),
+              r"^b: expected a floating or complex tensor, got torch\.int64$"),
     "b_0d": (lambda dev: pp.affine_scan(torch.rand((), device=dev), torch.randn((), device=dev), 0),
              r"^b: expected at least one dimension"),
     "dim": (lambda dev: pp.affine_scan(*_ab(dev), 3), r"^dim: expected a dimension in \[-3, 2\]"),
@@ -220,15 +279,20 @@ AFFINE_CASES = {
     "matrix_A_more_dims": (lambda dev: pp.matrix_affine_scan(torch.randn(1, 2, 10, 3, 3, device=dev), _Ab(dev)[1]),
                            r"^A: expected leading dimensions broadcastable"),
     "matrix_A_dtype": (lambda dev: pp.matrix_affine_scan(_Ab(dev, torch.float64)[0], _Ab(dev)[1]),
-                       r"^A: expected the dtype of b"),
+                       r"^A: expected the dtype of b \(torch\.float32\), got torch\.float64$"),
     "matrix_half": (lambda dev: pp.matrix_affine_scan(*_Ab(dev, torch.half)),
-                    r"^b: matrix_affine_scan expects float32 or float64, got Half"),
+                    r"^b: matrix_affine_scan expects torch\.float32 or torch\.float64, got torch\.float16$"),
     "matrix_complex": (lambda dev: pp.matrix_affine_scan(*_Ab(dev, torch.complex64)),
-                       r"^b: matrix_affine_scan expects float32 or float64, got ComplexFloat"),
+                       r"^b: matrix_affine_scan expects torch\.float32 or torch\.float64, got torch\.complex64$"),
     "matrix_b_1d": (lambda dev: pp.matrix_affine_scan(torch.randn(3, 3, device=dev), torch.randn(3, device=dev), 0),
                     r"^b: expected shape \(\.\.\., L, d\)"),
-    "matrix_dim_state": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -1), r"^dim: expected a dimension"),
-    "matrix_dim_2": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), 2), r"^dim: expected a dimension"),
+    "matrix_dim_state": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -1), MATRIX_DIM + r".*got -1$"),
+    "matrix_dim_2": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), 2), MATRIX_DIM + r".*got 2$"),
+    "matrix_dim_3": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), 3), MATRIX_DIM + r".*got 3$"),
+    "matrix_dim_neg4": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -4), MATRIX_DIM + r".*got -4$"),
+    "matrix_op_dim_state": (lambda dev: _ops.matrix_affine_scan(*_Ab(dev), -1), MATRIX_DIM),
+    "matrix_op_exclusive_dim_state": (lambda dev: _ops._matrix_affine_scan_exclusive(*_Ab(dev), 2, None, None, False),
+                                      MATRIX_DIM),
     "matrix_init_shape": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -2, _zeros(2, 2, device=dev)),
                           r"^initial_state: expected shape \[2, 3\]"),
     "matrix_init_packed": (lambda dev: pp.matrix_affine_scan(*_Ab(dev), -2, _zeros(2, 3, device=dev),

@@ -206,3 +206,44 @@ def test_cpu_long_matrix_recurrence_accumulates_in_double():
     expected, expected_final = ref.matrix_affine_scan(A.double(), b.double(), 0)
     assert rel_err(h, expected) < 1e-7
     assert rel_err(final, expected_final) < 1e-7
+
+
+@pytest.mark.parametrize("dim", (-2, 0, 1, -4, -3))
+def test_op_and_wrapper_count_dim_alike(dim, device):
+    """torch.ops.parprims.matrix_affine_scan takes `dim` as the wrapper does: over all of b's dims."""
+    A = 0.4 * torch.randn(2, 5, 6, 3, 3, device=device)
+    b = torch.randn(2, 5, 6, 3, device=device)
+    h0 = torch.randn([n for i, n in enumerate(b.shape) if i != dim % 4], device=device)
+    h, f = _ops.matrix_affine_scan(A, b, dim, h0)
+    wh, wf = pp.matrix_affine_scan(A, b, dim, h0)
+    rh, rf = ref.matrix_affine_scan(A, b, dim, h0)
+    torch.testing.assert_close(h, wh, rtol=0, atol=0)
+    torch.testing.assert_close(f, wf, rtol=0, atol=0)
+    torch.testing.assert_close(h, rh.to(h.dtype), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(f, rf.to(f.dtype), rtol=1e-4, atol=1e-4)
+    # _matrix_affine_scan_exclusive counts the same way.
+    eh, _ = _ops._matrix_affine_scan_exclusive(A, b, dim, h0, None, False)
+    reh, _ = ref.matrix_affine_scan(A, b, dim, h0, exclusive=True)
+    torch.testing.assert_close(eh, reh.to(eh.dtype), rtol=1e-4, atol=1e-4)
+
+
+def test_op_default_dim_is_the_wrappers(device):
+    A = 0.4 * torch.randn(2, 7, 3, 3, device=device)
+    b = torch.randn(2, 7, 3, device=device)
+    h, f = _ops.matrix_affine_scan(A, b)
+    wh, wf = pp.matrix_affine_scan(A, b)
+    torch.testing.assert_close(h, wh, rtol=0, atol=0)
+    torch.testing.assert_close(f, wf, rtol=0, atol=0)
+    assert f.shape == (2, 3)
+
+
+@pytest.mark.parametrize("dim", (-1, 3, 4, -5))
+def test_op_rejects_the_state_dim(dim, device):
+    A = torch.randn(2, 5, 6, 3, 3, device=device)
+    b = torch.randn(2, 5, 6, 3, device=device)
+    pattern = r"^dim: expected a time dimension of b other than its last \(state\) dimension"
+    for call in (lambda: _ops.matrix_affine_scan(A, b, dim),
+                 lambda: pp.matrix_affine_scan(A, b, dim),
+                 lambda: _ops._matrix_affine_scan_exclusive(A, b, dim, None, None, False)):
+        with pytest.raises(RuntimeError, match=pattern):
+            call()

@@ -293,7 +293,7 @@ def matrix_affine_scan(
     ``A``: ``(..., L, d, d)`` with leading dims broadcastable to ``b``'s; ``b``: ``(..., L, d)``;
     ``dim`` indexes ``b`` (any but its last). States are ``(..., d)`` = ``b`` without ``dim``,
     ``(S, ..., d)`` with ``offsets``. Same conventions as :func:`affine_scan`; ``exclusive=True``
-    is ``parprims._matrix_affine_scan_exclusive`` (whose ``dim`` counts b's leading dims only)."""
+    is ``parprims._matrix_affine_scan_exclusive`` (the same ``dim`` convention)."""
     ct = wide_dtype(b.dtype)
     dim = dim % b.dim()
     assert dim != b.dim() - 1, "dim: the last dimension of b is the state"

@@ -25,7 +25,7 @@ struct AffineProblem : ProblemBase<Affine<C>> {
   const In* b = nullptr;
   In* h = nullptr;
   const State* initial = nullptr;  // (segments, rows) or nullptr for zeros
-  State* final_state = nullptr;    // (segments, rows) or nullptr
+  State* final_state = nullptr;    // (segments, rows)
   int64_t rows = 0;
   bool log_gates = false;
   RowIndexer a_rows, b_rows, h_rows;

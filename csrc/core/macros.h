@@ -3,10 +3,8 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define PP_HD __host__ __device__ __forceinline__
-#define PP_DEVICE __device__ __forceinline__
 #else
 #define PP_HD inline
-#define PP_DEVICE inline
 #endif
 
 #include <cstdint>

@@ -32,9 +32,6 @@ struct RowIndexer {
     }
     return ndim > 0 ? offset + row * strides[0] : offset;
   }
-  PP_HD int64_t offset(int64_t row, int64_t pos) const {
-    return row_offset(row) + pos * stride_len;
-  }
 };
 
 // The packed-sequence boundaries along the scanned dimension: segment k covers

@@ -7,8 +7,8 @@
 //   load(cursor, pos) / store(cursor, pos, value)   one element at a physical position
 //   at_head(value, row, segment)        the value of a segment's first element (initial states)
 //   exclusive_head(row, segment)        the exclusive output at a segment's first element
-//   store_final(row, segment, value)    the inclusive value at a segment's last element,
-//                                       called only when `has_final` is set
+//   store_final(row, segment, value)    the inclusive value at a segment's last element
+//                                       (a no-op unless the problem has final states)
 //   load_run<N>(cursor, pos, values) / store_run<N>(cursor, pos, values)
 //                                       N consecutive physical positions at once (wide
 //                                       accesses); false when not possible (strides, alignment)
@@ -25,7 +25,6 @@ template <class M>
 struct ProblemBase {
   using Monoid = M;
   using Value = typename M::value_type;
-  bool has_final = false;
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}
@@ -77,7 +76,7 @@ struct ScanProblem : ProblemBase<M> {
 // max/min scans that also report, for every output, the position along the scanned dimension
 // of the element it came from (-1 for the identity of an exclusive scan).
 template <class M, class In>
-struct ArgScanProblem : ProblemBase<M> {
+struct ScanWithIndicesProblem : ProblemBase<M> {
   using Value = typename M::value_type;
   using Scalar = decltype(Value{}.value);
   struct Cursor {

@@ -15,8 +15,9 @@
 
 namespace parprims::cpu {
 
-// Chunk size of the three-phase scan, and the row length below which a row is never split.
-constexpr int64_t kChunk = 1 << 15;
+// The piece of a long row that one task scans in the three-phase scan (rows up to twice this
+// are never split), and the work of one task when rows are scanned in parallel.
+constexpr int64_t kRowChunk = 1 << 15;
 
 template <class P>
 struct RowScanner {
@@ -64,7 +65,7 @@ struct RowScanner {
         problem.store(cursor, ppos, acc);
       }
     }
-    if (write && problem.has_final && end == g.len) problem.store_final(row, 0, acc);
+    if (write && end == g.len) problem.store_final(row, 0, acc);
     return {acc, carry.head};
   }
 
@@ -83,9 +84,7 @@ struct RowScanner {
       }
       carry = Seg::combine(carry, Lifted{value, head});
       if (write && !g.exclusive) problem.store(cursor, ppos, carry.value);
-      if (write && problem.has_final && walker.is_last(pos)) {
-        problem.store_final(row, pseg, carry.value);
-      }
+      if (write && walker.is_last(pos)) problem.store_final(row, pseg, carry.value);
     }
     return carry;
   }
@@ -93,17 +92,17 @@ struct RowScanner {
   void whole_row(int64_t row) const { run(row, 0, g.len, Seg::identity(), true); }
 
   void chunked_row(int64_t row) const {
-    const int64_t chunks = (g.len + kChunk - 1) / kChunk;
+    const int64_t chunks = (g.len + kRowChunk - 1) / kRowChunk;
     std::vector<Lifted> carries(chunks + 1, Seg::identity());
     at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t c = lo; c < hi; ++c) {
-        carries[c + 1] = run(row, c * kChunk, std::min(g.len, (c + 1) * kChunk), Seg::identity(), false);
+        carries[c + 1] = run(row, c * kRowChunk, std::min(g.len, (c + 1) * kRowChunk), Seg::identity(), false);
       }
     });
     for (int64_t c = 1; c <= chunks; ++c) carries[c] = Seg::combine(carries[c - 1], carries[c]);
     at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t c = lo; c < hi; ++c) {
-        run(row, c * kChunk, std::min(g.len, (c + 1) * kChunk), carries[c], true);
+        run(row, c * kRowChunk, std::min(g.len, (c + 1) * kRowChunk), carries[c], true);
       }
     });
   }
@@ -114,11 +113,11 @@ void scan(const P& problem, const ScanGeometry& g) {
   if (g.rows == 0 || g.len == 0) return;
   const RowScanner<P> scanner{problem, g};
   const int64_t threads = at::get_num_threads();
-  if (g.len > 2 * kChunk && g.rows < threads) {
+  if (g.len > 2 * kRowChunk && g.rows < threads) {
     for (int64_t row = 0; row < g.rows; ++row) scanner.chunked_row(row);
     return;
   }
-  const int64_t grain = std::max<int64_t>(1, kChunk / g.len);
+  const int64_t grain = std::max<int64_t>(1, kRowChunk / g.len);
   at::parallel_for(0, g.rows, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) scanner.whole_row(row);
   });

@@ -8,7 +8,6 @@
 
 #include <vector>
 
-#include "../host/scan_host.h"
 #include "../host/selective_scan_host.h"
 #include "../host/scan_dispatch.h"
 
@@ -113,10 +112,11 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
   const int64_t d_lo = g * p.dim_per_group + cb * gr.channel_block;
   const int64_t d_hi = std::min(g * p.dim_per_group + p.dim_per_group, d_lo + gr.channel_block);
   std::vector<Acc> hprev(L * N), dl(L), y(L), h(N), A(N), lam(N);
+  // Variable B/C: this task's partial sums (batch b, group g, channel block cb), (N, L).
   Acc* dB_var = p.B.variable ? static_cast<Acc*>(gr.dB_partial) + ((cb * p.batch + b) * p.groups + g) * N * L : nullptr;
   Acc* dC_var = p.C.variable ? static_cast<Acc*>(gr.dC_partial) + ((cb * p.batch + b) * p.groups + g) * N * L : nullptr;
-  if (dB_var) std::fill(dB_var, dB_var + N * L, Acc(0));
-  if (dC_var) std::fill(dC_var, dC_var + N * L, Acc(0));
+  if (p.B.variable) std::fill(dB_var, dB_var + N * L, Acc(0));
+  if (p.C.variable) std::fill(dC_var, dC_var + N * L, Acc(0));
   auto out_at = [&](void* base, int64_t d, int64_t t) -> In& {
     return static_cast<In*>(base)[(b * p.dim + d) * L + t];
   };
@@ -172,8 +172,8 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
         const Acc ht = a * hp + dl[t] * u * Bt;
         const Acc l = lam[n] + Ct * dy;
         const Acc dC = dy * ht, dB = l * dl[t] * u;
-        if (dC_var) dC_var[n * L + t] += dC; else dCc[n] += dC;
-        if (dB_var) dB_var[n * L + t] += dB; else dBc[n] += dB;
+        if (p.C.variable) dC_var[n * L + t] += dC; else dCc[n] += dC;
+        if (p.B.variable) dB_var[n * L + t] += dB; else dBc[n] += dB;
         const Acc da = l * hp * a;  // d(loss)/d(delta*A) through the gate
         ddl += l * Bt * u + da * A[n];
         du += l * Bt * dl[t];
@@ -190,8 +190,8 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
     }
     for (int64_t n = 0; n < N; ++n) {
       static_cast<Acc*>(gr.dA_partial)[(b * p.dim + d) * N + n] = dA[n];
-      if (!dB_var) static_cast<Acc*>(gr.dB_partial)[(b * p.dim + d) * N + n] = dBc[n];
-      if (!dC_var) static_cast<Acc*>(gr.dC_partial)[(b * p.dim + d) * N + n] = dCc[n];
+      if (!p.B.variable) static_cast<Acc*>(gr.dB_partial)[(b * p.dim + d) * N + n] = dBc[n];
+      if (!p.C.variable) static_cast<Acc*>(gr.dC_partial)[(b * p.dim + d) * N + n] = dCc[n];
     }
     if (gr.dD_partial) static_cast<Acc*>(gr.dD_partial)[b * p.dim + d] = dD;
     if (gr.ddelta_bias_partial) static_cast<Acc*>(gr.ddelta_bias_partial)[b * p.dim + d] = dbias;
@@ -226,8 +226,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
   // The CPU backward recomputes each row from its start; the checkpoints are saved all the
   // same, so that both devices return the same outputs.
   auto fw = host::prepare_selective_scan_forward(
-      host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens,
-                                 /*validate_offsets=*/true),
+      host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens),
       save_checkpoints ? kSelectiveScanCheckpointEvery : 0);
   visit_input_dtype(u.scalar_type(), [&](auto in, auto acc) {
     forward_rows<typename decltype(in)::type, typename decltype(acc)::type>(fw.params);
@@ -242,8 +241,7 @@ host::SelectiveScanGradients selective_scan_backward(
     bool delta_softplus, const host::OptionalTensor& initial_state, const host::OptionalTensor& cu_seqlens,
     const at::Tensor& checkpoints) {
   auto bw = host::prepare_selective_scan_backward(
-      host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens,
-                                 /*validate_offsets=*/true),
+      host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens),
       grad_out, grad_last_state, checkpoints, /*checkpoint_every=*/0, /*channel_block=*/32);
   visit_input_dtype(u.scalar_type(), [&](auto in, auto acc) {
     backward_rows<typename decltype(in)::type, typename decltype(acc)::type>(bw.params, bw.grads);

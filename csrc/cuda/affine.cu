@@ -1,12 +1,10 @@
-// CUDA instantiations of the elementwise affine recurrence.
+// CUDA instantiations of the elementwise affine recurrence (see affine_instantiations.h).
 #include "../host/affine_dispatch.h"
+#include "affine_instantiations.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
 
 namespace parprims::cuda {
 
-void affine(const host::AffineArgs& args, const ScanGeometry& g) {
-  host::dispatch_affine(args, g, Engine{args.b});
-}
+void affine(const host::PreparedAffine& c) { host::dispatch_affine(c, Engine{c.b}); }
 
 }  // namespace parprims::cuda

@@ -1,20 +1,42 @@
-// CUDA registrations of affine_scan, matrix_affine_scan and their exclusive forms (host code
-// only: the kernels are instantiated in affine.cu and affine_matrix.cu).
+// The CUDA ops of the affine recurrences: affine_scan, matrix_affine_scan and their exclusive
+// forms. Each checks and allocates through host/affine_host.h, then calls its instantiation
+// (affine_instantiations.h: the dtype dispatch onto the CUDA engine, cuda/engine/engine.cuh).
+// Schemas: csrc/registration.cpp.
 #include <torch/library.h>
 
-#include "../host/register.h"
-#include "entry_points.h"
+#include "../host/affine_host.h"
+#include "affine_instantiations.h"
 
 namespace parprims::cuda {
 namespace {
 
-const host::AffineBackend& backend() {
-  static const host::AffineBackend be{&affine, &matrix_affine, /*always_validate_offsets=*/false};
-  return be;
+using OptTensor = c10::optional<at::Tensor>;
+
+template <bool kExclusive>
+std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at::Tensor& b, int64_t dim,
+                                                  const OptTensor& initial_state, const OptTensor& offsets,
+                                                  bool reverse, bool log_gates) {
+  const auto c = host::prepare_affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, kExclusive);
+  if (c.launch) affine(c);
+  return c.result();
+}
+
+template <bool kExclusive>
+std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, const at::Tensor& b, int64_t dim,
+                                                         const OptTensor& initial_state,
+                                                         const OptTensor& offsets, bool reverse) {
+  const auto c = host::prepare_matrix_affine_scan(A, b, dim, initial_state, offsets, reverse, kExclusive);
+  if (c.launch) matrix_affine(c);
+  return c.result();
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(parprims, CUDA, m) { host::AffineEntryPoints<&backend>::define(m); }
+TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
+  m.impl("affine_scan", &affine_scan_op<false>);
+  m.impl("_affine_scan_exclusive", &affine_scan_op<true>);
+  m.impl("matrix_affine_scan", &matrix_affine_scan_op<false>);
+  m.impl("_matrix_affine_scan_exclusive", &matrix_affine_scan_op<true>);
+}
 
 }  // namespace parprims::cuda

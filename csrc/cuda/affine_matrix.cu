@@ -1,12 +1,11 @@
-// CUDA instantiations of the dense (small matrix) affine recurrence.
+// CUDA instantiations of the dense (small matrix) affine recurrence (see
+// affine_instantiations.h).
 #include "../host/affine_dispatch.h"
+#include "affine_instantiations.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
 
 namespace parprims::cuda {
 
-void matrix_affine(const host::MatrixAffineArgs& args, const ScanGeometry& g) {
-  host::dispatch_matrix_affine(args, g, Engine{args.b});
-}
+void matrix_affine(const host::PreparedMatrixAffine& c) { host::dispatch_matrix_affine(c, Engine{c.b}); }
 
 }  // namespace parprims::cuda

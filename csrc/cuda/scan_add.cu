@@ -1,12 +1,10 @@
-// CUDA instantiations of the 'add' scan.
+// CUDA instantiations of the 'add' scan (see scan_instantiations.h).
 #include "../host/scan_dispatch.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
+#include "scan_instantiations.h"
 
 namespace parprims::cuda {
 
-void scan_add(const at::Tensor& in, const at::Tensor& out, int64_t dim, const ScanGeometry& g) {
-  host::dispatch_scan_add(in, out, dim, g, Engine{in});
-}
+void scan_add(const host::PreparedScan& c) { host::dispatch_scan_add(c, Engine{c.in}); }
 
 }  // namespace parprims::cuda

@@ -1,13 +1,11 @@
-// CUDA instantiation of the bicyclic test monoid: operand order through every kernel.
+// CUDA instantiation of the bicyclic test monoid: operand order through every kernel (see
+// scan_instantiations.h).
 #include "../host/scan_dispatch.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
+#include "scan_instantiations.h"
 
 namespace parprims::cuda {
 
-void scan_bicyclic(const at::Tensor& p_in, const at::Tensor& q_in, const at::Tensor& p_out,
-                   const at::Tensor& q_out, int64_t dim, const ScanGeometry& g) {
-  host::dispatch_scan_bicyclic(p_in, q_in, p_out, q_out, dim, g, Engine{p_in});
-}
+void scan_bicyclic(const host::PreparedBicyclic& c) { host::dispatch_scan_bicyclic(c, Engine{c.p_in}); }
 
 }  // namespace parprims::cuda

@@ -1,12 +1,10 @@
-// CUDA instantiations of the 'logaddexp' scan.
+// CUDA instantiations of the 'logaddexp' scan (see scan_instantiations.h).
 #include "../host/scan_dispatch.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
+#include "scan_instantiations.h"
 
 namespace parprims::cuda {
 
-void scan_logaddexp(const at::Tensor& in, const at::Tensor& out, int64_t dim, const ScanGeometry& g) {
-  host::dispatch_scan_logaddexp(in, out, dim, g, Engine{in});
-}
+void scan_logaddexp(const host::PreparedScan& c) { host::dispatch_scan_logaddexp(c, Engine{c.in}); }
 
 }  // namespace parprims::cuda

@@ -1,12 +1,10 @@
-// CUDA instantiations of the 'max' scan.
+// CUDA instantiations of the 'max' scan (see scan_instantiations.h).
 #include "../host/scan_dispatch.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
+#include "scan_instantiations.h"
 
 namespace parprims::cuda {
 
-void scan_max(const at::Tensor& in, const at::Tensor& out, int64_t dim, const ScanGeometry& g) {
-  host::dispatch_scan_max(in, out, dim, g, Engine{in});
-}
+void scan_max(const host::PreparedScan& c) { host::dispatch_scan_max(c, Engine{c.in}); }
 
 }  // namespace parprims::cuda

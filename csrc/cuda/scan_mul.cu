@@ -1,12 +1,10 @@
-// CUDA instantiations of the 'mul' scan.
+// CUDA instantiations of the 'mul' scan (see scan_instantiations.h).
 #include "../host/scan_dispatch.h"
 #include "engine/engine.cuh"
-#include "entry_points.h"
+#include "scan_instantiations.h"
 
 namespace parprims::cuda {
 
-void scan_mul(const at::Tensor& in, const at::Tensor& out, int64_t dim, const ScanGeometry& g) {
-  host::dispatch_scan_mul(in, out, dim, g, Engine{in});
-}
+void scan_mul(const host::PreparedScan& c) { host::dispatch_scan_mul(c, Engine{c.in}); }
 
 }  // namespace parprims::cuda

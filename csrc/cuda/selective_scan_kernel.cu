@@ -3,7 +3,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "../host/scan_host.h"
 #include "../host/selective_scan_host.h"
 #include "selective_scan/launch.h"
 
@@ -17,8 +16,7 @@ host::SelectiveScanInputs checked_inputs(const at::Tensor& u, const at::Tensor& 
                                          const OptionalTensor& z, const OptionalTensor& delta_bias,
                                          bool delta_softplus, const OptionalTensor& initial_state,
                                          const OptionalTensor& cu_seqlens) {
-  return host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens,
-                                    /*validate_offsets=*/host::checks_enabled());
+  return host::check_selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens);
 }
 
 // Scratch accumulators across state tiles (only when N needs more than one tile).

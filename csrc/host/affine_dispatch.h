@@ -1,14 +1,15 @@
-// Typed dispatch of the affine recurrences onto an engine (CPU or CUDA).
+// Typed dispatch of the affine recurrences onto an engine (CPU or CUDA): from a prepared call
+// (host/affine_host.h) to the problem struct of the input's dtype (and state size).
 #pragma once
 
 #include "../core/affine_problems.h"
-#include "affine_ops.h"
+#include "affine_host.h"
 #include "scan_dispatch.h"
 
 namespace parprims::host {
 
 template <class In, class Engine>
-void run_affine(const AffineArgs& args, const ScanGeometry& g, Engine& engine) {
+void run_affine(const PreparedAffine& args, Engine& engine) {
   using State = compute_t<In>;  // the dtype of the state tensors
   using C = accumulate_t<In, Engine>;
   AffineProblem<In, C, State> p;
@@ -17,37 +18,35 @@ void run_affine(const AffineArgs& args, const ScanGeometry& g, Engine& engine) {
   p.h = static_cast<In*>(args.h.data_ptr());
   p.initial = args.initial.defined() ? static_cast<const State*>(args.initial.const_data_ptr()) : nullptr;
   p.final_state = static_cast<State*>(args.final_state.data_ptr());
-  p.has_final = true;
   p.rows = args.rows;
   p.log_gates = args.log_gates;
   const auto idx = row_indexers({args.a, args.b, args.h}, args.dim);
   p.a_rows = idx[0];
   p.b_rows = idx[1];
   p.h_rows = idx[2];
-  launch(p, idx, g, engine);
+  launch(p, idx, args.geometry, engine);
 }
 
 template <class Engine>
-void dispatch_affine(const AffineArgs& args, const ScanGeometry& g, Engine engine) {
+void dispatch_affine(const PreparedAffine& args, Engine engine) {
   switch (args.b.scalar_type()) {
-    case at::kComplexFloat: return run_affine<c10::complex<float>>(args, g, engine);
-    case at::kComplexDouble: return run_affine<c10::complex<double>>(args, g, engine);
+    case at::kComplexFloat: return run_affine<c10::complex<float>>(args, engine);
+    case at::kComplexDouble: return run_affine<c10::complex<double>>(args, engine);
     default:
       return visit_floating(args.b.scalar_type(), [&](auto tag) {
-        run_affine<typename decltype(tag)::type>(args, g, engine);
+        run_affine<typename decltype(tag)::type>(args, engine);
       });
   }
 }
 
 template <class T, int D, class Engine>
-void run_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engine& engine) {
+void run_matrix_affine(const PreparedMatrixAffine& args, Engine& engine) {
   MatrixAffineProblem<T, D, accumulate_t<T, Engine>> p;
   p.A = args.A.const_data_ptr<T>();
   p.b = args.b.const_data_ptr<T>();
   p.h = args.h.data_ptr<T>();
   p.initial = args.initial.defined() ? args.initial.const_data_ptr<T>() : nullptr;
   p.final_state = args.final_state.data_ptr<T>();
-  p.has_final = true;
   p.rows = args.rows;
   p.d = static_cast<int>(args.d);
   p.A_row_stride = args.A.stride(-2);
@@ -62,21 +61,21 @@ void run_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engi
   p.A_rows = idx[0];
   p.b_rows = idx[1];
   p.h_rows = idx[2];
-  launch(p, idx, g, engine);
+  launch(p, idx, args.geometry, engine);
 }
 
 // State sizes are padded to 2, 4 or 8 (zero padding keeps the result exact).
 template <class T, class Engine>
-void dispatch_matrix_affine_typed(const MatrixAffineArgs& args, const ScanGeometry& g, Engine& engine) {
-  if (args.d <= 2) return run_matrix_affine<T, 2>(args, g, engine);
-  if (args.d <= 4) return run_matrix_affine<T, 4>(args, g, engine);
-  return run_matrix_affine<T, 8>(args, g, engine);
+void dispatch_matrix_affine_typed(const PreparedMatrixAffine& args, Engine& engine) {
+  if (args.d <= 2) return run_matrix_affine<T, 2>(args, engine);
+  if (args.d <= 4) return run_matrix_affine<T, 4>(args, engine);
+  return run_matrix_affine<T, 8>(args, engine);
 }
 
 template <class Engine>
-void dispatch_matrix_affine(const MatrixAffineArgs& args, const ScanGeometry& g, Engine engine) {
-  if (args.b.scalar_type() == at::kDouble) return dispatch_matrix_affine_typed<double>(args, g, engine);
-  return dispatch_matrix_affine_typed<float>(args, g, engine);
+void dispatch_matrix_affine(const PreparedMatrixAffine& args, Engine engine) {
+  if (args.b.scalar_type() == at::kDouble) return dispatch_matrix_affine_typed<double>(args, engine);
+  return dispatch_matrix_affine_typed<float>(args, engine);
 }
 
 }  // namespace parprims::host

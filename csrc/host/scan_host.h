@@ -1,48 +1,65 @@
-// Host-side helpers shared by the CPU and CUDA wrappers: argument checks, the mapping from
-// tensors to the plain structs the engines take, and the dtype dispatch of the scan operators.
+// Host side of the scan family (scan, segmented_scan, _scan_with_indices, _scan_bicyclic),
+// shared by the CPU and CUDA kernel files: argument checks, output allocation and geometry.
+// Each prepare_* returns a "prepared call" for a device's dtype dispatch (host/scan_dispatch.h)
+// and engine; the op returns its `result`. Device-independent.
 #pragma once
 
 #include <ATen/ATen.h>
 
-#include <string>
-#include <vector>
+#include <optional>
+#include <tuple>
 
 #include "../core/scan_geometry.h"
+#include "common.h"
 
 namespace parprims::host {
 
 // The scan operators by name, as the schemas take them.
 enum class ScanOp { kAdd, kMul, kMax, kMin, kLogAddExp };
-ScanOp parse_scan_op(const std::string& op);
-
-// Normalizes `dim` for `x` (negative dims count from the end), with a clear error.
-int64_t wrap_dim(const at::Tensor& x, int64_t dim, const char* arg = "dim");
-
-// Row indexers for tensors of one shape (broadcast operands are expanded views), scanning
-// along `dim`. Dimensions are collapsed where every operand allows it, so all indexers
-// enumerate rows identically.
-std::vector<RowIndexer> row_indexers(const std::vector<at::Tensor>& operands, int64_t dim);
-
-// Checks `offsets` as an argument (dtype, shape, device) for data of length `len` along the
-// scanned dimension; validates its values too when `validate_values` (always on CPU).
-void check_offsets_arg(const at::Tensor& offsets, const at::Tensor& data, int64_t len,
-                       bool validate_values);
-
-// Validates offsets values: offsets[0] == 0, non-decreasing, offsets[-1] == total. Syncs.
-void validate_offsets(const at::Tensor& offsets, int64_t total);
-
-// Whether CUDA ops validate offsets on every call (set_checks / PARPRIMS_CHECKS=1).
-bool checks_enabled();
-void set_checks_enabled(bool on);
-
-ScanGeometry make_geometry(int64_t rows, int64_t len, const c10::optional<at::Tensor>& offsets,
-                           bool exclusive, bool reverse);
-
-// The number of rows of a tensor scanned along `dim`.
-int64_t row_count(const at::Tensor& x, int64_t dim);
+ScanOp parse_scan_op(c10::string_view op);
 
 // The dtype of a scan's output: int64 for add over integers and bool, the input's otherwise.
 at::ScalarType scan_output_dtype(ScanOp op, at::ScalarType in);
 void check_scan_dtype(ScanOp op, at::ScalarType in);
+
+// scan / segmented_scan: scan `in` into `out` (a 0-d input scans as a 1-element vector).
+struct PreparedScan {
+  ScanOp op;
+  at::Tensor in, out;  // what the engine reads and writes
+  at::Tensor result;   // what the op returns: `out`, or its 0-d view
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
+  int64_t dim = 0;
+  ScanGeometry geometry;
+  bool launch = false;  // false when there is nothing to scan (no elements)
+};
+PreparedScan prepare_scan(const at::Tensor& x, const c10::optional<at::Tensor>& offsets, int64_t dim,
+                          c10::string_view op, bool exclusive, bool reverse);
+
+// _scan_with_indices: max/min scans with the position each output came from.
+struct PreparedScanWithIndices {
+  bool is_max = true;
+  at::Tensor in, out, index;
+  std::tuple<at::Tensor, at::Tensor> result;  // (values, indices), 0-d views for a 0-d input
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
+  int64_t dim = 0;
+  ScanGeometry geometry;
+  bool launch = false;
+};
+PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x,
+                                                  const c10::optional<at::Tensor>& offsets,
+                                                  int64_t dim, c10::string_view op, bool exclusive,
+                                                  bool reverse);
+
+// _scan_bicyclic: the exact non-commutative test monoid over int64 pairs (p, q).
+struct PreparedBicyclic {
+  at::Tensor p_in, q_in, p_out, q_out;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
+  int64_t dim = 0;
+  ScanGeometry geometry;
+  bool launch = false;
+};
+PreparedBicyclic prepare_scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
+                                       const c10::optional<at::Tensor>& offsets, int64_t dim,
+                                       bool exclusive, bool reverse);
 
 }  // namespace parprims::host

@@ -4,13 +4,11 @@
 
 #include <string>
 
-#include "scan_host.h"
+#include "common.h"
 
 namespace parprims::host {
 
 namespace {
-
-std::string dtype_str(at::ScalarType t) { return "torch." + std::string(c10::getDtypeNames(t).first); }
 
 bool is_floating_input(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
@@ -26,8 +24,8 @@ void check_like_u(const at::Tensor& t, const at::Tensor& u, const char* name) {
   check_device(t, u, name);
   TORCH_CHECK(t.sizes() == u.sizes(), name, ": expected u's shape ", u.sizes(), " (batch, dim, L), got ",
               t.sizes());
-  TORCH_CHECK(t.scalar_type() == u.scalar_type(), name, ": expected u's dtype ", dtype_str(u.scalar_type()),
-              ", got ", dtype_str(t.scalar_type()));
+  TORCH_CHECK(t.scalar_type() == u.scalar_type(), name, ": expected u's dtype ", dtype_name(u.scalar_type()),
+              ", got ", dtype_name(t.scalar_type()));
 }
 
 // A small floating tensor of a fixed shape, returned contiguous in the compute dtype.
@@ -36,7 +34,7 @@ at::Tensor per_channel(const at::Tensor& t, const at::Tensor& u, at::IntArrayRef
   check_device(t, u, name);
   TORCH_CHECK(t.sizes() == shape, name, ": expected shape ", shape, " ", shape_text, ", got ", t.sizes());
   TORCH_CHECK(is_floating_input(t.scalar_type()), name, ": expected a floating tensor, got ",
-              dtype_str(t.scalar_type()));
+              dtype_name(t.scalar_type()));
   return t.to(compute).contiguous();
 }
 
@@ -49,7 +47,7 @@ at::Tensor check_state_input(const at::Tensor& t, const SelectiveScanInputs& in,
   TORCH_CHECK(t.dim() == 3 || t.dim() == 4, name, ": expected (dim, N), (batch, N, L) or (batch, G, N, L), got ",
               t.dim(), " dimensions of shape ", t.sizes());
   TORCH_CHECK(t.scalar_type() == in.u.scalar_type(), name, ": a variable ", name, " has u's dtype ",
-              dtype_str(in.u.scalar_type()), ", got ", dtype_str(t.scalar_type()));
+              dtype_name(in.u.scalar_type()), ", got ", dtype_name(t.scalar_type()));
   const int64_t g = t.dim() == 4 ? t.size(1) : 1;
   const bool ok = t.size(0) == in.batch && t.size(-2) == in.dstate && t.size(-1) == in.len;
   TORCH_CHECK(ok, name, ": expected shape (batch, ", t.dim() == 4 ? "G, " : "", "N, L) = (", in.batch, ", ",
@@ -69,12 +67,12 @@ SelectiveScanInputs check_selective_scan(const at::Tensor& u, const at::Tensor& 
                                          const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D,
                                          const OptionalTensor& z, const OptionalTensor& delta_bias,
                                          bool delta_softplus, const OptionalTensor& initial_state,
-                                         const OptionalTensor& cu_seqlens, bool validate_offsets) {
+                                         const OptionalTensor& cu_seqlens) {
   SelectiveScanInputs in;
   TORCH_CHECK(u.dim() == 3, "u: expected shape (batch, dim, L), got ", u.sizes());
   TORCH_CHECK(is_floating_input(u.scalar_type()),
               "u: expected torch.float32, torch.float16, torch.bfloat16 or torch.float64, got ",
-              dtype_str(u.scalar_type()));
+              dtype_name(u.scalar_type()));
   in.u = u;
   in.batch = u.size(0);
   in.dim = u.size(1);
@@ -86,7 +84,7 @@ SelectiveScanInputs check_selective_scan(const at::Tensor& u, const at::Tensor& 
   TORCH_CHECK(A.dim() == 2 && A.size(0) == in.dim && A.size(1) >= 1,
               "A: expected shape (dim, N) with dim = ", in.dim, " and N >= 1, got ", A.sizes());
   TORCH_CHECK(A.scalar_type() == at::kFloat || A.scalar_type() == in.compute, "A: expected torch.float32",
-              in.compute == at::kDouble ? " or torch.float64" : "", ", got ", dtype_str(A.scalar_type()));
+              in.compute == at::kDouble ? " or torch.float64" : "", ", got ", dtype_name(A.scalar_type()));
   in.dstate = A.size(1);
   in.A = A.to(in.compute).contiguous();
   in.B = check_state_input(B, in, in.groups, "B");
@@ -100,8 +98,7 @@ SelectiveScanInputs check_selective_scan(const at::Tensor& u, const at::Tensor& 
   in.delta_softplus = delta_softplus;
   if (cu_seqlens.has_value()) {
     TORCH_CHECK(in.batch == 1, "cu_seqlens: packed sequences lie along L of a batch of 1, got batch = ", in.batch);
-    check_offsets_arg(*cu_seqlens, u, in.len, validate_offsets);
-    in.offsets = *cu_seqlens;
+    in.offsets = checked_offsets(cu_seqlens, u, in.len, "cu_seqlens");
   }
   if (initial_state.has_value()) {
     const char* text = cu_seqlens.has_value() ? "(number of sequences, dim, N)" : "(batch, dim, N)";
@@ -251,16 +248,17 @@ SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, co
 
 SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw) {
   const auto& in = bw.in;
-  const auto none = at::empty({0}, in.u.options().dtype(in.compute));
+  // Each absent gradient is its own empty tensor: outputs of an op never alias each other.
+  auto none = [&] { return at::empty({0}, in.u.options().dtype(in.compute)); };
   // Partial sums are added in a fixed order: the gradients are the same on every run.
   auto reduce_state_input = [&](const at::Tensor& partial, const at::Tensor& P) {
     return partial.sum(0).to(P.scalar_type());  // constant: (dim, N); variable: (batch, G, N, L)
   };
-  at::Tensor dinitial = none;
+  at::Tensor dinitial = none();
   if (in.initial_state.defined()) {
     dinitial = bw.dinitial;
     if (in.len == 0) {
-      dinitial = bw.dlast.defined() ? bw.dlast : at::zeros_like(dinitial);
+      dinitial = bw.dlast.defined() ? bw.dlast.clone() : at::zeros_like(dinitial);
     } else if (in.offsets.defined()) {
       // An empty sequence passes its last state's gradient straight to its initial state.
       const auto empty = (in.offsets.slice(0, 1) == in.offsets.slice(0, 0, -1)).view({-1, 1, 1});
@@ -273,9 +271,9 @@ SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw)
           bw.dA_partial.sum(0),
           reduce_state_input(bw.dB_partial, in.B),
           reduce_state_input(bw.dC_partial, in.C),
-          in.D.defined() ? bw.dD_partial.sum(0) : none,
-          in.z.defined() ? bw.dz : none,
-          in.delta_bias.defined() ? bw.ddelta_bias_partial.sum(0) : none,
+          in.D.defined() ? bw.dD_partial.sum(0) : none(),
+          in.z.defined() ? bw.dz : none(),
+          in.delta_bias.defined() ? bw.ddelta_bias_partial.sum(0) : none(),
           dinitial};
 }
 

@@ -28,7 +28,7 @@ SelectiveScanInputs check_selective_scan(const at::Tensor& u, const at::Tensor& 
                                          const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D,
                                          const OptionalTensor& z, const OptionalTensor& delta_bias,
                                          bool delta_softplus, const OptionalTensor& initial_state,
-                                         const OptionalTensor& cu_seqlens, bool validate_offsets);
+                                         const OptionalTensor& cu_seqlens);
 
 // The params of the inputs (outputs and checkpoints not set).
 SelectiveScanParams input_params(const SelectiveScanInputs& in);

@@ -146,7 +146,7 @@ void affine_scans() {
   expect_close(hp, want_p, "affine_scan over packed sequences");
   expect_close(fp, want_f, "affine_scan final states per sequence");
 
-  // Matrix form: A (B, T, d, d), b (B, T, d); dim indexes b without its state dim.
+  // Matrix form: A (B, T, d, d), b (B, T, d); dim indexes b (any dim but the last, state one).
   const int64_t d = 3;
   const auto A = 0.5 * at::randn({B, T, d, d}, at::kDouble);
   const auto bm = at::randn({B, T, d}, at::kDouble);

@@ -1,7 +1,7 @@
 // The CPU engine (csrc/cpu/engine.h) driven directly, without ATen tensors: problems over plain
 // arrays, exact monoids (bicyclic: non-commutative; affine over small integers with
 // initial and final states; int64 add), compared with a sequential loop with zero tolerance. Covers short rows,
-// long rows through the three-phase chunked scan (> 2 * kChunk), packed segments with empty
+// long rows through the three-phase chunked scan (> 2 * kRowChunk), packed segments with empty
 // ones and segments across chunk boundaries, exclusive, reverse, int32 and int64 offsets, and
 // strided (transposed) layouts. Outputs are poisoned, so an unwritten element fails.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ namespace parprims {
 namespace {
 
 constexpr int64_t kPoison = -777777;
-constexpr int64_t kChunk = cpu::kChunk;
+using cpu::kRowChunk;
 
 // ---- shapes ---------------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ void run_both(const P& problem, const ScanGeometry& g, Reset reset, const std::f
   reset();
   cpu::scan(problem, g);
   check("cpu::scan");
-  if (g.len > kChunk && g.rows > 0) {
+  if (g.len > kRowChunk && g.rows > 0) {
     reset();
     const cpu::RowScanner<P> scanner{problem, g};
     for (int64_t row = 0; row < g.rows; ++row) scanner.chunked_row(row);
@@ -208,7 +208,6 @@ void check_affine(const Case& c, bool with_initial, unsigned seed = 0) {
   problem.b = b.data();
   problem.initial = with_initial ? h0.data() : nullptr;
   problem.rows = sh.rows;
-  problem.has_final = true;
   problem.a_rows = problem.b_rows = problem.h_rows = sh.indexer();
   auto reset = [&] {
     out_h.assign(sh.size(), poison);
@@ -263,8 +262,8 @@ std::vector<int64_t> random_offsets(int64_t len, int64_t mean, unsigned seed) {
 
 // Segments that start exactly at, end exactly at, and straddle chunk boundaries.
 std::vector<int64_t> chunk_boundary_offsets(int64_t len) {
-  std::vector<int64_t> o{0, 5, kChunk - 1, kChunk, kChunk, kChunk + 1, 2 * kChunk - 3};
-  if (len > 2 * kChunk + 10) o.insert(o.end(), {2 * kChunk, 2 * kChunk + 7});
+  std::vector<int64_t> o{0, 5, kRowChunk - 1, kRowChunk, kRowChunk, kRowChunk + 1, 2 * kRowChunk - 3};
+  if (len > 2 * kRowChunk + 10) o.insert(o.end(), {2 * kRowChunk, 2 * kRowChunk + 7});
   o.push_back(len);
   return o;
 }
@@ -304,7 +303,7 @@ TEST(CpuEngine, BicyclicShortSegmentsWithEmptyOnes) {
 }
 
 TEST(CpuEngine, BicyclicLongChunkedRows) {
-  for (int64_t len : {2 * kChunk + 1, 3 * kChunk, 3 * kChunk + 12345}) {
+  for (int64_t len : {2 * kRowChunk + 1, 3 * kRowChunk, 3 * kRowChunk + 12345}) {
     for (int64_t rows : {1, 2}) {
       for_each_direction([&](bool exclusive, bool reverse) {
         check_bicyclic({{rows, len, false}, std::nullopt, false, exclusive, reverse});
@@ -312,18 +311,18 @@ TEST(CpuEngine, BicyclicLongChunkedRows) {
     }
   }
   // Strided long rows.
-  check_bicyclic({{3, 2 * kChunk + 77, true}, std::nullopt, false, false, true});
+  check_bicyclic({{3, 2 * kRowChunk + 77, true}, std::nullopt, false, false, true});
 }
 
 TEST(CpuEngine, BicyclicLongSegmentedRows) {
-  const int64_t len = 3 * kChunk + 999;
+  const int64_t len = 3 * kRowChunk + 999;
   for_each_direction([&](bool exclusive, bool reverse) {
     check_bicyclic({{1, len, false}, chunk_boundary_offsets(len), false, exclusive, reverse});
     check_bicyclic({{2, len, false}, offsets_with_empties(len), true, exclusive, reverse});
     check_bicyclic({{1, len, false}, random_offsets(len, 3000, 7), false, exclusive, reverse});
   });
   // Many tiny segments over a long row, transposed.
-  check_bicyclic({{2, 2 * kChunk + 5, true}, random_offsets(2 * kChunk + 5, 3, 11), false, true, true});
+  check_bicyclic({{2, 2 * kRowChunk + 5, true}, random_offsets(2 * kRowChunk + 5, 3, 11), false, true, true});
 }
 
 TEST(CpuEngine, AffineStatesShortRows) {
@@ -338,7 +337,7 @@ TEST(CpuEngine, AffineStatesShortRows) {
 }
 
 TEST(CpuEngine, AffineStatesLongChunkedRows) {
-  const int64_t len = 2 * kChunk + 4321;
+  const int64_t len = 2 * kRowChunk + 4321;
   for (bool with_initial : {false, true}) {
     for_each_direction([&](bool exclusive, bool reverse) {
       check_affine({{1, len, false}, std::nullopt, false, exclusive, reverse}, with_initial);
@@ -349,7 +348,7 @@ TEST(CpuEngine, AffineStatesLongChunkedRows) {
 
 // A scan that widens its input (int32 in, int64 out), as add over integers does.
 TEST(CpuEngine, AddInt32ToInt64) {
-  const Shape sh{2, 2 * kChunk + 3, false};
+  const Shape sh{2, 2 * kRowChunk + 3, false};
   std::vector<int32_t> in(sh.size());
   for (int64_t i = 0; i < sh.size(); ++i) in[i] = static_cast<int32_t>((i * 7919) % 2001) - 1000 + (1 << 20);
   ScanProblem<Add<int64_t>, int32_t, int64_t> problem;
@@ -380,7 +379,7 @@ TEST(CpuEngine, AddInt32ToInt64) {
 // The strategy switch depends on the thread count: run the long cases under several.
 TEST(CpuEngine, ThreadCounts) {
   const int saved = at::get_num_threads();
-  const int64_t len = 2 * kChunk + 9;
+  const int64_t len = 2 * kRowChunk + 9;
   for (int threads : {1, 2, 4}) {
     at::set_num_threads(threads);
     SCOPED_TRACE("threads=" + std::to_string(threads));

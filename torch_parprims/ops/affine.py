@@ -81,10 +81,6 @@ def matrix_affine_scan(
         >>> h, last = matrix_affine_scan(A, b)
         >>> assert torch.allclose(h[:, 1], (A[:, 1] @ h[:, 0, :, None])[..., 0] + b[:, 1], atol=1e-6)
     """
-    # The op indexes `dim` in b without its state dimension.
-    lead_dims = b.dim() - 1
-    if -b.dim() <= dim < 0:
-        dim = dim + 1 if dim != -1 else lead_dims  # -2 -> -1 of the leading dims; -1 is invalid
     return _ops.matrix_affine_scan(A, b, dim, initial_state, offsets, reverse)
 
 
@@ -106,8 +102,12 @@ def _affine_fake(a, b, dim=-1, initial_state=None, offsets=None, reverse=False, 
     return torch.empty_like(b), final
 
 
-def _matrix_fake(A, b, dim=-1, initial_state=None, offsets=None, reverse=False):
-    return torch.empty_like(b), b.new_empty(_state_shape(b, dim, offsets, drop_last=1))
+def _matrix_fake(A, b, dim=-2, initial_state=None, offsets=None, reverse=False):
+    # `dim` indexes all of b's dims, as the kernels take it; never the last (state) one.
+    torch._check(-b.dim() <= dim < b.dim() - 1 and dim != -1,
+                 lambda: f"dim: expected a time dimension of b other than its last (state) dimension, "
+                         f"in [{-b.dim()}, {b.dim() - 2}] for b of shape {list(b.shape)}, got {dim}")
+    return torch.empty_like(b), b.new_empty(_state_shape(b, dim, offsets))
 
 
 torch.library.register_fake("parprims::affine_scan")(_affine_fake)

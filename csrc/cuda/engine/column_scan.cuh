@@ -19,7 +19,7 @@ struct ColumnScan {
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kWarps = Policy::kWarps;
   static constexpr int kItems = Policy::kItems;
-  static constexpr int kChunk = Policy::kChunk;
+  static constexpr int kTileLength = Policy::kTileLength;
 
   struct SharedStorage {
     Words<Lifted> warp_totals[kWarps][32];
@@ -30,7 +30,7 @@ struct ColumnScan {
   static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Lifted>& state,
                              int64_t groups) {
     __shared__ SharedStorage smem;
-    if (threadIdx.x == 0) smem.tile = atomicAdd(state.counter, 1ull);
+    if (threadIdx.x == 0) smem.tile = state.claim_tile();
     __syncthreads();
     const int64_t tile = static_cast<int64_t>(smem.tile);
     const int64_t chunk = tile / groups;  // chunk-major: earlier chunks start first
@@ -39,7 +39,7 @@ struct ColumnScan {
     const int warp = threadIdx.x >> 5;
     const int64_t row = group * 32 + lane;
     const bool active_row = row < g.rows;
-    const int64_t first = chunk * kChunk + static_cast<int64_t>(warp) * kItems;
+    const int64_t first = chunk * kTileLength + static_cast<int64_t>(warp) * kItems;
 
     // ---- load kItems positions of this lane's row ----
     Lifted items[kItems];
@@ -78,11 +78,9 @@ struct ColumnScan {
       // last row scan identities and need none either (they still publish, for their chain).
       const bool starts_with_head = !active_row || items[0].head;
       Lifted tile_prefix = Seg::identity();
-      if (chunk == 0 || tile_total.head) {
-        state.publish(slot, tile_total, kPrefix);
-      } else {
-        state.publish(slot, tile_total, kAggregate);
-      }
+      // A disabled state means a single chunk (engine.cuh): chunk == 0 everywhere, so no tile
+      // looks back and nothing needs publishing.
+      if (state.enabled()) state.publish(slot, tile_total, (chunk == 0 || tile_total.head) ? kPrefix : kAggregate);
       if (chunk > 0 && !starts_with_head) {
         tile_prefix = g.deterministic ? wait_for_prefix<Seg>(state, slot - groups * 32)
                                       : look_back_thread<Seg>(state, slot, group * 32 + lane, groups * 32);
@@ -107,7 +105,7 @@ struct ColumnScan {
       }
       running = Seg::combine(running, items[k]);
       if (!g.exclusive) problem.store(cursor, ppos, running.value);
-      if (problem.has_final && walker.is_last(pos)) problem.store_final(row, pseg, running.value);
+      if (walker.is_last(pos)) problem.store_final(row, pseg, running.value);
     }
   }
 };

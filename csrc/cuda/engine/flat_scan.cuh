@@ -172,7 +172,7 @@ struct FlatScan {
       }
       run.values[k] = g.exclusive ? exclusive : carry;
     }
-    if (problem.has_final && start.pos + kItems == g.len) problem.store_final(start.row, 0, carry);
+    if (start.pos + kItems == g.len) problem.store_final(start.row, 0, carry);
     if (g.reverse) reverse_items(run.values);
     const auto cursor = problem.cursor(start.row);
     const int64_t lo = g.reverse ? g.len - start.pos - kItems : start.pos;
@@ -196,7 +196,7 @@ struct FlatScan {
       const Value exclusive = head ? problem.exclusive_head(at.row, pseg) : running.value;
       running = Seg::combine(running, Lifted{run.values[k], head});
       problem.store(cursor, g.physical_pos(at.pos), g.exclusive ? exclusive : running.value);
-      if (problem.has_final && at.walker.is_last(at.pos)) problem.store_final(at.row, pseg, running.value);
+      if (at.walker.is_last(at.pos)) problem.store_final(at.row, pseg, running.value);
     }
   }
 
@@ -205,7 +205,7 @@ struct FlatScan {
   static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Lifted>& state,
                              int64_t total, bool wide) {
     __shared__ SharedStorage smem;
-    if (threadIdx.x == 0) smem.tile = atomicAdd(state.counter, 1ull);
+    if (threadIdx.x == 0) smem.tile = state.claim_tile();
     __syncthreads();
     const int64_t tile = static_cast<int64_t>(smem.tile);
     const int64_t first = tile * kTile + static_cast<int64_t>(threadIdx.x) * kItems;
@@ -229,7 +229,10 @@ struct FlatScan {
 
     if (threadIdx.x < 32) {
       Lifted tile_prefix = Seg::identity();
-      if (threadIdx.x == 0) state.publish(tile, tile_total, (tile == 0 || tile_total.head) ? kPrefix : kAggregate);
+      // A disabled state means a single tile (engine.cuh): nothing to publish, no look-back.
+      if (threadIdx.x == 0 && state.enabled()) {
+        state.publish(tile, tile_total, (tile == 0 || tile_total.head) ? kPrefix : kAggregate);
+      }
       if (tile > 0 && !smem.starts_with_head) {
         tile_prefix = g.deterministic ? shfl_idx(threadIdx.x == 0 ? wait_for_prefix<Seg>(state, tile - 1) : Seg::identity(), 0)
                                       : look_back_warp<Seg>(state, tile, 0, 1);

@@ -34,12 +34,25 @@ __device__ __forceinline__ void store_bypassing_l1(Words<T>* p, const T& v) {
 // Tile descriptors in a workspace: a tile counter (dynamic tile ids, so that every tile's
 // predecessors started before it), then status flags, then aggregates and inclusive prefixes.
 // The counter and the flags must be zero before the launch.
+//
+// A launch whose tiles never look back (a single tile; column scans of one chunk) gets a null
+// state instead, with no workspace: tiles take their id from blockIdx.x and publish nothing
+// (`enabled()` is false). Kernels only look back from a tile whose predecessors in its chain
+// exist, which such launches never have.
 template <class T>
 struct TileState {
-  unsigned long long* counter;
-  int* status;
-  Words<T>* aggregate;
-  Words<T>* inclusive;
+  unsigned long long* counter = nullptr;
+  int* status = nullptr;
+  Words<T>* aggregate = nullptr;
+  Words<T>* inclusive = nullptr;
+
+  __host__ __device__ __forceinline__ bool enabled() const { return counter != nullptr; }
+
+  // This block's tile id: the next from the counter (in start order), or blockIdx.x when the
+  // state is disabled. Called by one thread per block.
+  __device__ __forceinline__ unsigned long long claim_tile() const {
+    return enabled() ? atomicAdd(counter, 1ull) : static_cast<unsigned long long>(blockIdx.x);
+  }
 
   static size_t zeroed_bytes(int64_t tiles) { return 16 + align(tiles * sizeof(int)); }
   static size_t bytes(int64_t tiles) { return zeroed_bytes(tiles) + 2 * align(tiles * sizeof(Words<T>)); }

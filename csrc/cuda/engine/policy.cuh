@@ -31,8 +31,12 @@ struct ColumnPolicy {
   static constexpr int kWarps = kBytes > 256 ? 1 : kBytes > 64 ? 2 : 8;
   static constexpr int kItems = items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kChunk = kWarps * kItems;  // positions per tile
+  static constexpr int kTileLength = kWarps * kItems;  // positions along the scanned dim per tile
 };
+
+// The column kernel gives each lane of a warp its own row: below a warp's worth of rows (a
+// (T, 2) tensor scanned along T) most lanes would idle, and the flat kernel is used instead.
+constexpr int kMinColumnRows = 32;
 
 }  // namespace parprims::cuda
 

@@ -78,11 +78,12 @@ inline std::tuple<at::Tensor, at::Tensor> affine_scan(
 /// The dense linear recurrence h_t = A_t h_{t-1} + b_t with small states (d <= 8).
 ///
 /// `A` is (..., L, d, d), its leading dims broadcastable to `b`'s; `b` is (..., L, d), float32
-/// or float64. Unlike the Python wrapper, `dim` indexes `b` *without* its state dimension
-/// (the op's convention): the default -1 is the L of (..., L, d). `initial_state` is `b`'s
-/// shape without `dim`, or (S, *that shape) with `offsets`. Returns (h, final_state).
+/// or float64. `dim` indexes `b` over all its dims, as in Python, and may not name the last
+/// (state) dimension: the default -2 is the L of (..., L, d). `initial_state` is `b`'s shape
+/// without `dim` (that is (..., d)), or (S, *that shape) with `offsets`. Returns
+/// (h, final_state).
 inline std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(
-    const at::Tensor& A, const at::Tensor& b, int64_t dim = -1,
+    const at::Tensor& A, const at::Tensor& b, int64_t dim = -2,
     const std::optional<at::Tensor>& initial_state = std::nullopt,
     const std::optional<at::Tensor>& offsets = std::nullopt, bool reverse = false) {
   using Sig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, int64_t,

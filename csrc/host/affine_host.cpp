@@ -1,9 +1,6 @@
-#include "affine_ops.h"
+#include "affine_host.h"
 
 #include <ATen/ExpandUtils.h>
-
-#include "scan_host.h"
-#include "scan_ops.h"
 
 namespace parprims::host {
 
@@ -34,9 +31,14 @@ at::Tensor prepare_initial(const c10::optional<at::Tensor>& initial, const at::T
   TORCH_CHECK(h0.sizes() == at::IntArrayRef(shape), "initial_state: expected shape ",
               at::IntArrayRef(shape), " (b's shape without dim, with a leading number of "
               "sequences when offsets are given), got ", h0.sizes());
-  TORCH_CHECK(h0.scalar_type() == sdtype || h0.scalar_type() == b.scalar_type(),
-              "initial_state: expected dtype ", sdtype, " or ", b.scalar_type(), ", got ",
-              h0.scalar_type());
+  if (sdtype == b.scalar_type()) {
+    TORCH_CHECK(h0.scalar_type() == sdtype, "initial_state: expected dtype ", dtype_name(sdtype),
+                " (b's), got ", dtype_name(h0.scalar_type()));
+  } else {
+    TORCH_CHECK(h0.scalar_type() == sdtype || h0.scalar_type() == b.scalar_type(),
+                "initial_state: expected dtype ", dtype_name(sdtype), " or ", dtype_name(b.scalar_type()),
+                " (b's), got ", dtype_name(h0.scalar_type()));
+  }
   return h0.to(sdtype).contiguous();
 }
 
@@ -44,27 +46,35 @@ int64_t segment_count(const c10::optional<at::Tensor>& offsets) {
   return offsets.has_value() ? offsets->numel() - 1 : 1;
 }
 
+// The final states. The engines write the one of every non-empty sequence; empty sequences
+// (possible only with offsets, or when the scanned dimension has length 0) keep the initial
+// state (zeros without one), so only then is the tensor filled first.
+at::Tensor allocate_final(const at::Tensor& initial, const std::vector<int64_t>& shape,
+                          const at::TensorOptions& options, bool may_have_empty_sequences) {
+  if (!may_have_empty_sequences) return at::empty(shape, options);
+  return initial.defined() ? initial.clone() : at::zeros(shape, options);
+}
+
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> affine_scan(const AffineBackend& be, const at::Tensor& a,
-                                               const at::Tensor& b, int64_t dim_in,
-                                               const c10::optional<at::Tensor>& initial_state,
-                                               const c10::optional<at::Tensor>& offsets,
-                                               bool reverse, bool log_gates, bool exclusive) {
+PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim_in,
+                                   const c10::optional<at::Tensor>& initial_state,
+                                   const c10::optional<at::Tensor>& offsets, bool reverse,
+                                   bool log_gates, bool exclusive) {
   TORCH_CHECK(a.device() == b.device(), "a: expected a tensor on ", b.device(),
               " (b's device), got ", a.device());
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a: expected the dtype of b (", b.scalar_type(),
-              "), got ", a.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a: expected the dtype of b (",
+              dtype_name(b.scalar_type()), "), got ", dtype_name(a.scalar_type()));
   const auto t = b.scalar_type();
   TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t),
-              "b: expected a floating or complex tensor, got ", t);
+              "b: expected a floating or complex tensor, got ", dtype_name(t));
   TORCH_CHECK(b.dim() >= 1, "b: expected at least one dimension");
   TORCH_CHECK(at::is_expandable_to(a.sizes(), b.sizes()),
               "a: expected a shape broadcastable to b's ", b.sizes(), ", got ", a.sizes());
   const int64_t dim = wrap_dim(b, dim_in);
-  check_offsets_for(be.always_validate_offsets, offsets, b, b.size(dim));
+  const at::Tensor packed = checked_offsets(offsets, b, b.size(dim));
 
-  AffineArgs args;
+  PreparedAffine args;
   args.a = a.expand_as(b);
   args.b = b;
   args.dim = dim;
@@ -74,23 +84,24 @@ std::tuple<at::Tensor, at::Tensor> affine_scan(const AffineBackend& be, const at
   const auto sdtype = state_dtype(t);
   const auto shape = state_shape(b, dim, segment_count(offsets), offsets.has_value());
   args.initial = prepare_initial(initial_state, b, shape, sdtype);
-  // Empty sequences keep their initial state (zeros without one): fill, then overwrite.
-  args.final_state = args.initial.defined() ? args.initial.clone()
-                                            : at::zeros(shape, b.options().dtype(sdtype));
-  if (b.numel() > 0) be.affine(args, make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse));
-  return {args.h, args.final_state};
+  args.final_state = allocate_final(args.initial, shape, b.options().dtype(sdtype),
+                                    offsets.has_value() || b.size(dim) == 0);
+  args.offsets = packed;
+  args.launch = b.numel() > 0;
+  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
+  return args;
 }
 
-std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const AffineBackend& be, const at::Tensor& A,
-                                                      const at::Tensor& b, int64_t dim_in,
-                                                      const c10::optional<at::Tensor>& initial_state,
-                                                      const c10::optional<at::Tensor>& offsets,
-                                                      bool reverse, bool exclusive) {
+PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::Tensor& b, int64_t dim_in,
+                                                const c10::optional<at::Tensor>& initial_state,
+                                                const c10::optional<at::Tensor>& offsets,
+                                                bool reverse, bool exclusive) {
   TORCH_CHECK(A.device() == b.device(), "A: expected a tensor on ", b.device(), ", got ", A.device());
-  TORCH_CHECK(A.scalar_type() == b.scalar_type(), "A: expected the dtype of b (", b.scalar_type(),
-              "), got ", A.scalar_type());
+  TORCH_CHECK(A.scalar_type() == b.scalar_type(), "A: expected the dtype of b (",
+              dtype_name(b.scalar_type()), "), got ", dtype_name(A.scalar_type()));
   TORCH_CHECK(b.scalar_type() == at::kFloat || b.scalar_type() == at::kDouble,
-              "b: matrix_affine_scan expects float32 or float64, got ", b.scalar_type());
+              "b: matrix_affine_scan expects torch.float32 or torch.float64, got ",
+              dtype_name(b.scalar_type()));
   TORCH_CHECK(b.dim() >= 2, "b: expected shape (..., L, d), got ", b.sizes());
   const int64_t d = b.size(-1);
   TORCH_CHECK(d >= 1 && d <= 8, "b: expected a state size d in [1, 8] (the last dimension), got ", d);
@@ -103,11 +114,18 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const AffineBackend& be, c
   TORCH_CHECK(at::is_expandable_to(A_lead, lead),
               "A: expected leading dimensions broadcastable to b's ", at::IntArrayRef(lead),
               ", got ", at::IntArrayRef(A_lead));
+  // `dim` counts all of b's dims (the state dim included), as every op and the Python wrapper
+  // do; the engines see b's leading dims, in which it indexes the same dimension.
+  const int64_t nd = b.dim();
+  const int64_t dim = dim_in < 0 ? dim_in + nd : dim_in;
+  TORCH_CHECK(dim >= 0 && dim < nd - 1,
+              "dim: expected a time dimension of b other than its last (state) dimension, in [",
+              -nd, ", ", nd - 2, "] for b of shape ", b.sizes(), " (the default -2 is the L of "
+              "(..., L, d)), got ", dim_in);
   const auto b_lead = b.select(-1, 0);
-  const int64_t dim = wrap_dim(b_lead, dim_in);
-  check_offsets_for(be.always_validate_offsets, offsets, b, b.size(dim));
+  const at::Tensor packed = checked_offsets(offsets, b, b.size(dim));
 
-  MatrixAffineArgs args;
+  PreparedMatrixAffine args;
   auto A_shape = lead;
   A_shape.push_back(d);
   A_shape.push_back(d);
@@ -120,10 +138,12 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(const AffineBackend& be, c
   auto shape = state_shape(b_lead, dim, segment_count(offsets), offsets.has_value());
   shape.push_back(d);
   args.initial = prepare_initial(initial_state, b, shape, b.scalar_type());
-  args.final_state = args.initial.defined() ? args.initial.clone()
-                                            : at::zeros(shape, b.options());
-  if (b.numel() > 0) be.matrix(args, make_geometry(args.rows, b.size(dim), offsets, exclusive, reverse));
-  return {args.h, args.final_state};
+  args.final_state = allocate_final(args.initial, shape, b.options(),
+                                    offsets.has_value() || b.size(dim) == 0);
+  args.offsets = packed;
+  args.launch = b.numel() > 0;
+  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
+  return args;
 }
 
 }  // namespace parprims::host

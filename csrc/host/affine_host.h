@@ -1,0 +1,54 @@
+// Host side of the affine recurrences (affine_scan, matrix_affine_scan and their exclusive
+// forms), shared by the CPU and CUDA kernel files: checks, broadcasting (as strided views,
+// never materialized), state shapes, output allocation, geometry. Each prepare_* returns a
+// prepared call for a device's dtype dispatch (host/affine_dispatch.h). Device-independent.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <tuple>
+
+#include "../core/scan_geometry.h"
+#include "common.h"
+
+namespace parprims::host {
+
+// The elementwise recurrence: `a` expanded to `b`'s shape; states contiguous (segments, rows).
+struct PreparedAffine {
+  at::Tensor a, b, h;
+  at::Tensor initial;      // undefined for zeros
+  at::Tensor final_state;  // always allocated; every entry written unless a sequence is empty
+  int64_t dim = 0;
+  int64_t rows = 0;
+  bool log_gates = false;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
+  ScanGeometry geometry;
+  bool launch = false;  // false when b has no elements
+  std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
+};
+PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim,
+                                   const c10::optional<at::Tensor>& initial_state,
+                                   const c10::optional<at::Tensor>& offsets, bool reverse,
+                                   bool log_gates, bool exclusive);
+
+// The matrix form: A (..., L, d, d) expanded to b's leading dims, b and h (..., L, d). `dim`
+// indexes b (all of its dims, as every op counts them) and is never its last, state dim.
+struct PreparedMatrixAffine {
+  at::Tensor A, b, h, initial, final_state;
+  int64_t dim = 0;
+  int64_t rows = 0;
+  int64_t d = 0;
+  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
+  ScanGeometry geometry;
+  bool launch = false;
+  std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
+};
+PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::Tensor& b, int64_t dim,
+                                                const c10::optional<at::Tensor>& initial_state,
+                                                const c10::optional<at::Tensor>& offsets,
+                                                bool reverse, bool exclusive);
+
+// The dtype of states for inputs of dtype `t`: float32 for half types, `t` otherwise.
+at::ScalarType state_dtype(at::ScalarType t);
+
+}  // namespace parprims::host
