@@ -229,8 +229,8 @@ def test_scan_backward_matches_reference(op, dtype, device):
     yr = ref.scan(xr, 1, op, exclusive=op == "max", reverse=op == "mul")
     (gr,) = torch.autograd.grad(yr, xr, w.double())
     assert gx.dtype == dtype
-    # Norm-wise, a few roundings of the output dtype: half inputs compute in float32 (DESIGN 1),
-    # their gradients too. float32: 1e-4 of the largest gradient (logaddexp's log-space backward).
+    # Norm-wise, a few roundings of the output dtype: half inputs compute in float32, and so do
+    # their gradients. float32: 1e-4 of the largest gradient (logaddexp's log-space backward).
     rtol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
     assert_close(gx, gr, scale=magnitude(gr), rtol=rtol, what="grad")
 
