@@ -1,5 +1,7 @@
-"""Test helpers: tolerances by dtype, comparison, input layouts, offsets, random draws."""
+"""The scaffold shared by the test files: op names, sample tables to pytest params, gradcheck
+and opcheck settings, tolerances by dtype, comparison, input layouts, offsets, random draws."""
 import math
+from dataclasses import replace
 from typing import Iterable, Sequence
 
 import pytest
@@ -9,12 +11,34 @@ from torch_parprims import reference as ref
 
 slow = pytest.mark.slow
 
+# The scan operators, in the order the tests parametrize them.
+OPS = ("add", "mul", "max", "min", "logaddexp")
+
+# What torch.library.opcheck runs on the ops with autograd (for those without, the same less
+# the autograd registration).
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+OPCHECK_UTILS_NO_AUTOGRAD = tuple(u for u in OPCHECK_UTILS if u != "test_autograd_registration")
+
 
 def sample_params(samples, mark_attr=None):
     """pytest params for a sample table: a sample is marked slow when it says so, or when
-    `mark_attr` names a flag it lacks (e.g. "opcheck" keeps opcheck to a few samples)."""
+    `mark_attr` names a flag it lacks (e.g. "check" keeps opcheck to a few samples)."""
     return [pytest.param(s, id=str(s), marks=slow if (s.slow or (mark_attr and not getattr(s, mark_attr))) else ())
             for s in samples]
+
+
+def grad_samples(samples, keep):
+    """The gradcheck table: the samples that ``keep`` selects in double precision (complex128
+    for complex ones), without their opcheck/compile flags, each once, in table order."""
+    seen, out = set(), []
+    for s in samples:
+        if not keep(s):
+            continue
+        d = replace(s, dtype=torch.complex128 if s.dtype.is_complex else torch.float64, check=False, compile=False)
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTS = (torch.int32, torch.int64, torch.bool)
@@ -268,6 +292,15 @@ def finite_mask_fn(fn, *args):
         return res[0] if single else tuple(res)
 
     return masked
+
+
+def assert_same_as_eager(outs, eager_outs, grads, eager_grads):
+    """A torch.compile'd call against the eager one: outputs and gradients, to rounding."""
+    assert len(outs) == len(eager_outs) and len(grads) == len(eager_grads)
+    for o, e in zip(outs, eager_outs):
+        assert_close(o, e, scale=e.abs() + 1)
+    for g, e in zip(grads, eager_grads):
+        assert_close(g, e, scale=magnitude(e) + 1, what="grad")
 
 
 def grad_weights(out: torch.Tensor) -> torch.Tensor:

@@ -11,9 +11,9 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
-    sample_params,
-    BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, grad_leaf, grad_weights,
-    magnitude, make_offsets, rel_err, slow, with_layout, NONDET_TOL)
+    BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, NONDET_TOL, OPCHECK_UTILS,
+    assert_close, assert_same_as_eager, grad_leaf, grad_samples, grad_weights, make_offsets, rel_err, sample_params,
+    with_layout)
 
 _ops = torch.ops.parprims
 
@@ -39,10 +39,6 @@ class AffineSample:
         shape = "x".join(map(str, self.shape))
         return (f"{shape}-d{self.dim}-a{self.a_spec or 'full'}-{str(self.dtype)[6:]}-init_{self.init}-"
                 f"{self.lengths or 'rows'}-{flags or 'I'}-{self.view}")
-
-    @property
-    def complex(self):
-        return self.dtype.is_complex
 
     def make(self, device):
         """(a, b, initial_state, offsets)"""
@@ -157,23 +153,14 @@ def _samples():
 SAMPLES = _samples()
 
 
-
 def _small(s):
     return s.lengths not in BIG_PATTERNS and \
         math.prod(s.shape) <= 2500
 
 
-def _grad_samples():
-    seen, out = set(), []
-    for s in SAMPLES:
-        if not _small(s) or s.exclusive:  # _affine_scan_exclusive is a backward helper without autograd
-            continue
-        d = replace(s, dtype=torch.complex128 if s.complex else torch.float64, init="state" if s.init != "none" else "none",
-                    check=False, compile=False)
-        if d not in seen:
-            seen.add(d)
-            out.append(d)
-    return out
+# Initial states in the state dtype; _affine_scan_exclusive is a backward helper without autograd.
+GRAD_SAMPLES = grad_samples((replace(s, init="state" if s.init != "none" else "none") for s in SAMPLES),
+                            lambda s: _small(s) and not s.exclusive)
 
 
 # ---- reference comparison ----------------------------------------------------------------
@@ -253,7 +240,7 @@ def test_long_sequence_with_gates_near_one(device):
 # ---- gradients ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", sample_params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(GRAD_SAMPLES))
 def test_affine_scan_gradcheck(s, device):
     a, b, h0, offsets = s.make(device)
     b, to_input = grad_leaf(b)
@@ -299,9 +286,6 @@ def test_affine_backward_matches_reference(dtype, log_gates, reverse, device):
 
 # ---- opcheck and torch.compile -------------------------------------------------------------------
 
-OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-
-
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
 def test_affine_scan_opcheck(s, device):
     a, b, h0, offsets = s.make(device)
@@ -324,10 +308,7 @@ def test_affine_scan_compile(s, device):
         grads = torch.autograd.grad((h, f), inputs, (wh, wf))
         he, fe = s.run(a, b, h0, offsets)
         eager = torch.autograd.grad((he, fe), inputs, (wh, wf))
-        assert_close(h, he, scale=he.abs() + 1)
-        assert_close(f, fe, scale=fe.abs() + 1)
-        for g, e in zip(grads, eager):
-            assert_close(g, e, scale=magnitude(e) + 1, what="grad")
+        assert_same_as_eager((h, f), (he, fe), grads, eager)
 
 
 def test_cpu_long_recurrence_accumulates_in_double():

@@ -1,8 +1,13 @@
-"""Every argument check raises RuntimeError with a message naming the argument."""
+"""Every argument check names the argument: RuntimeError from the kernels' checks, TypeError
+from the Python wrappers' (a non-tensor where a tensor is expected, a non-bool switch, both
+offsets and cu_seqlens)."""
+import numpy as np
 import pytest
 import torch
 
 import torch_parprims as pp
+
+from helpers import assert_close
 
 _ops = torch.ops.parprims
 
@@ -308,3 +313,120 @@ def test_affine_bad_arguments(case, device):
     call, pattern = AFFINE_CASES[case]
     with raises(pattern):
         call(device)
+
+
+# ---- the Python wrappers' checks ---------------------------------------------------------------
+
+
+def test_set_checks_takes_only_a_bool():
+    for bad in ("no", 0, 1, None, torch.tensor(True)):
+        with pytest.raises(TypeError, match=r"^enabled: expected a bool, got "):
+            pp.set_checks(bad)
+    assert not _ops._checks_enabled()  # "no" did not switch the checks on
+
+
+# (a call given offsets and the device, with the data's argument name in the hint)
+TYPED_OFFSETS_CALLS = {
+    "segmented_scan": (lambda o, dev, **kw: pp.segmented_scan(torch.randn(10, 2, device=dev), o, 0, **kw), "x"),
+    "affine_scan": (lambda o, dev, **kw: pp.affine_scan(torch.rand(2, 10, device=dev), torch.randn(2, 10, device=dev),
+                                                        1, offsets=o, **kw), "b"),
+    "matrix_affine_scan": (lambda o, dev, **kw: pp.matrix_affine_scan(
+        torch.randn(10, 2, 2, device=dev), torch.randn(10, 2, device=dev), 0, None, o, **kw), "b"),
+    "check_offsets": (lambda o, dev, **kw: pp.check_offsets(o, 10, **kw), None),
+}
+
+
+@pytest.mark.parametrize("call", list(TYPED_OFFSETS_CALLS))
+@pytest.mark.parametrize("kind", ("list", "tuple", "numpy"))
+def test_offsets_not_a_tensor(call, kind, device):
+    fn, data = TYPED_OFFSETS_CALLS[call]
+    values = {"list": [0, 4, 10], "tuple": (0, 4, 10), "numpy": np.array([0, 4, 10])}[kind]
+    got = {"list": "list", "tuple": "tuple", "numpy": "numpy.ndarray"}[kind]
+    hint = rf"use torch.tensor\(offsets, device={data}\.device\)$" if data else r"use torch.tensor\(offsets\)$"
+    with pytest.raises(TypeError, match=r"^offsets: expected a torch.Tensor \(int32 or int64, on the data's device\), "
+                                        rf"got {got}; " + hint):
+        fn(values, device)
+    # the same through the alias, named as given
+    with pytest.raises(TypeError, match=r"^cu_seqlens: expected a torch.Tensor .*got " + got):
+        fn(None, device, cu_seqlens=values)
+
+
+def test_required_offsets_not_none(device):
+    x = torch.randn(10, device=device)
+    with pytest.raises(TypeError, match=r"^offsets: expected a torch.Tensor .*got NoneType"):
+        pp.segmented_scan(x, None)
+    with pytest.raises(TypeError, match=r"^offsets: expected a torch.Tensor .*got NoneType"):
+        pp.check_offsets(None, 10)
+    with pytest.raises(TypeError, match="offsets"):
+        pp.segmented_scan(x)
+
+
+@pytest.mark.parametrize("kind", ("list", "numpy"))
+def test_data_not_a_tensor(kind, device):
+    make = (lambda t: t.tolist()) if kind == "list" else (lambda t: t.numpy())
+    got = "list" if kind == "list" else "numpy.ndarray"
+    x = torch.randn(2, 10)
+    offsets = torch.tensor([0, 4, 10], device=device)
+    with pytest.raises(TypeError, match=rf"^x: expected a torch.Tensor, got {got}; use torch.as_tensor\(x\)$"):
+        pp.scan(make(x), 1)
+    with pytest.raises(TypeError, match=rf"^x: expected a torch.Tensor, got {got}"):
+        pp.segmented_scan(make(x), offsets, 1)
+    with pytest.raises(TypeError, match=rf"^b: expected a torch.Tensor, got {got}"):
+        pp.affine_scan(x.to(device), make(x))
+    with pytest.raises(TypeError, match=rf"^b: expected a torch.Tensor, got {got}"):
+        pp.matrix_affine_scan(torch.randn(2, 10, 2, 2, device=device), make(torch.randn(2, 10, 2)))
+    with pytest.raises(TypeError, match=rf"^a: expected a torch.Tensor broadcastable to b, or a Python number, got {got}"):
+        pp.affine_scan(make(x), x.to(device))
+
+
+@pytest.mark.parametrize("call", list(TYPED_OFFSETS_CALLS))
+def test_offsets_and_cu_seqlens_together(call, device):
+    fn, _ = TYPED_OFFSETS_CALLS[call]
+    offsets = torch.tensor([0, 4, 10], device=device)
+    with pytest.raises(TypeError, match=r"^offsets, cu_seqlens: pass one of them"):
+        fn(offsets, device, cu_seqlens=offsets)
+
+
+def test_cu_seqlens_gives_the_same_result(device):
+    offsets = torch.tensor([0, 4, 4, 10], device=device)
+    x = torch.randn(10, 3, device=device)
+    assert torch.equal(pp.segmented_scan(x, cu_seqlens=offsets), pp.segmented_scan(x, offsets))
+    assert torch.equal(pp.segmented_scan(x, None, 0, "max", cu_seqlens=offsets), pp.segmented_scan(x, offsets, 0, "max"))
+    a, b, h0 = torch.rand(3, 10, device=device), torch.randn(3, 10, device=device), torch.randn(3, 3, device=device)
+    for got, want in zip(pp.affine_scan(a, b, 1, h0, reverse=True, cu_seqlens=offsets),
+                         pp.affine_scan(a, b, 1, h0, offsets, reverse=True)):
+        assert torch.equal(got, want)
+    A, bm = 0.5 * torch.randn(10, 2, 2, device=device), torch.randn(10, 2, device=device)
+    for got, want in zip(pp.matrix_affine_scan(A, bm, 0, cu_seqlens=offsets),
+                         pp.matrix_affine_scan(A, bm, 0, None, offsets)):
+        assert torch.equal(got, want)
+    pp.check_offsets(cu_seqlens=offsets, total=10)
+    with raises(r"^offsets: expected offsets\[-1\] == 11"):
+        pp.check_offsets(cu_seqlens=offsets, total=11)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16, torch.complex64))
+@pytest.mark.parametrize("log_gates", (False, True))
+def test_affine_scan_takes_a_scalar_gate(dtype, log_gates, device):
+    b = torch.randn(2, 3, 20, device=device).to(dtype)
+    value = 0.9 if not log_gates else -0.1
+    for a in (value, torch.tensor(value), torch.tensor(value, dtype=torch.float64)):
+        # the same gate given in full: the value in b's dtype everywhere
+        want = pp.affine_scan(torch.as_tensor(a, dtype=dtype).to(device).expand(b.shape).contiguous(), b,
+                              log_gates=log_gates)
+        h, last = pp.affine_scan(a, b, log_gates=log_gates)
+        assert h.dtype == b.dtype
+        assert_close(h, want[0], scale=want[0].abs() + 1)
+        assert_close(last, want[1], scale=want[1].abs() + 1)
+    if dtype.is_complex:
+        h, _ = pp.affine_scan(0.9j, b)
+        assert_close(h, pp.affine_scan(torch.full_like(b, 0.9j), b)[0], scale=b.abs() * 10)
+    else:
+        with pytest.raises(TypeError, match=r"^a: a complex gate needs a complex b"):
+            pp.affine_scan(0.9j, b)
+
+
+def test_scalar_gate_gradient(device):
+    a = torch.tensor(0.8, dtype=torch.float64, device=device, requires_grad=True)
+    b = torch.randn(2, 15, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: pp.affine_scan(a, b), (a, b))

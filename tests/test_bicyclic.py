@@ -13,7 +13,7 @@ import torch
 
 from torch_parprims import reference as ref
 
-from helpers import CPU_CHUNK, GPU_MULTI_TILE, LENGTH_PATTERNS, make_offsets, slow, with_layout
+from helpers import CPU_CHUNK, GPU_MULTI_TILE, LENGTH_PATTERNS, OPCHECK_UTILS_NO_AUTOGRAD, make_offsets, sample_params, with_layout
 
 _ops = torch.ops.parprims
 DIRECTIONS = list(itertools.product((False, True), repeat=2))  # (exclusive, reverse)
@@ -77,7 +77,7 @@ SAMPLES = [
 
 
 @pytest.mark.parametrize("exclusive,reverse", DIRECTIONS, ids=["I", "R", "E", "ER"])
-@pytest.mark.parametrize("s", [pytest.param(s, id=str(s), marks=slow if s.slow else ()) for s in SAMPLES])
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
 def test_bicyclic_scan_is_exact(s, exclusive, reverse, device):
     p, q, offsets = s.make(device)
     P, Q = _ops._scan_bicyclic(p, q, offsets, s.dim, exclusive, reverse)
@@ -101,5 +101,4 @@ def test_bicyclic_is_not_commutative(device):
 def test_bicyclic_opcheck(device):
     p, q, offsets = BicyclicSample((3, 1), 1, lengths="random").make(device)
     for args in ((p, q, offsets, 1, True, False), (p, q, None, 1, False, True)):
-        torch.library.opcheck(_ops._scan_bicyclic.default, args,
-                              test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+        torch.library.opcheck(_ops._scan_bicyclic.default, args, test_utils=OPCHECK_UTILS_NO_AUTOGRAD)

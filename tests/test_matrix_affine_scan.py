@@ -11,9 +11,8 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
-    sample_params,
-    BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, grad_weights, magnitude, make_offsets, rel_err, slow, with_layout,
-    NONDET_TOL)
+    BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, LENGTH_PATTERNS, LONG_PATTERNS, NONDET_TOL, OPCHECK_UTILS, assert_close,
+    assert_same_as_eager, grad_samples, grad_weights, make_offsets, rel_err, sample_params, with_layout)
 
 _ops = torch.ops.parprims
 
@@ -142,8 +141,7 @@ def test_matrix_affine_scan_equals_per_sequence_scans(s, device):
         assert_close(final[k], fk, scale=sf[k], what=f"final of sequence {k}")
 
 
-@pytest.mark.parametrize("s", sample_params([replace(s, dtype=torch.float64, check=False, compile=False)
-                                       for s in SAMPLES if _small(s) and not s.exclusive]))
+@pytest.mark.parametrize("s", sample_params(grad_samples(SAMPLES, lambda s: _small(s) and not s.exclusive)))
 def test_matrix_affine_scan_gradcheck(s, device):
     A, b, h0, offsets = s.make(device)
     if b.stride(s.op_dim) == 0 or 0 in b.stride():
@@ -163,9 +161,6 @@ def test_matrix_gradient_through_final_state_only(reverse, device):
     ref_grads = torch.autograd.grad(s.reference(*inputs, offsets)[1].sum(), inputs)
     for g, r, name in zip(grads, ref_grads, ("A", "b", "initial_state")):
         assert_close(g, r, scale=r.abs() + 1, what=f"grad {name}")
-
-
-OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s)], "check"))
@@ -190,10 +185,7 @@ def test_matrix_affine_scan_compile(s, device):
         grads = torch.autograd.grad((h, f), inputs, (wh, wf))
         he, fe = s.run(*inputs[:2], inputs[2] if len(inputs) > 2 else None, offsets)
         eager = torch.autograd.grad((he, fe), inputs, (wh, wf))
-        assert_close(h, he, scale=he.abs() + 1)
-        assert_close(f, fe, scale=fe.abs() + 1)
-        for g, e in zip(grads, eager):
-            assert_close(g, e, scale=magnitude(e) + 1, what="grad")
+        assert_same_as_eager((h, f), (he, fe), grads, eager)
 
 
 def test_cpu_long_matrix_recurrence_accumulates_in_double():

@@ -9,11 +9,10 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
-    sample_params,
-    COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, VIEWS, assert_close, draw, finite_mask_fn,
-    grad_leaf, grad_weights, magnitude, numel, rel_err, scan_scale, slow, with_layout, NONDET_TOL)
+    COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, NONDET_TOL, OPCHECK_UTILS, OPS, VIEWS, assert_close,
+    assert_same_as_eager, draw, finite_mask_fn, grad_leaf, grad_samples, grad_weights, magnitude, numel, rel_err,
+    sample_params, scan_scale, with_layout)
 
-OPS = ("add", "mul", "max", "min", "logaddexp")
 SIZES = (0, 1, 31, 32, 33, 2047, 2048, 2049)
 
 
@@ -108,20 +107,9 @@ def _samples():
 
 
 SAMPLES = _samples()
-
-
-
-def _grad_samples():
-    """The differentiable samples in double precision, small enough for gradcheck."""
-    seen, out = set(), []
-    for s in SAMPLES:
-        if not s.differentiable or s.values in ("nan", "inf", "ties") or numel(s.shape) > 2500:
-            continue
-        d = replace(s, dtype=torch.complex128 if s.dtype.is_complex else torch.float64, check=False, compile=False)
-        if d not in seen:
-            seen.add(d)
-            out.append(d)
-    return out
+# The differentiable samples in double precision, small enough for gradcheck.
+GRAD_SAMPLES = grad_samples(SAMPLES, lambda s: s.differentiable and s.values not in ("nan", "inf", "ties")
+                            and numel(s.shape) <= 2500)
 
 
 # ---- reference comparison ---------------------------------------------------------------
@@ -196,7 +184,7 @@ def test_exclusive_identities(device):
 # ---- gradients ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("s", sample_params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(GRAD_SAMPLES))
 def test_scan_gradcheck(s, device):
     x, to_input = grad_leaf(s.make(device))
     fn = lambda x: pp.scan(to_input(x), s.dim, s.op, s.exclusive, s.reverse)
@@ -229,8 +217,8 @@ def test_scan_backward_matches_reference(op, dtype, device):
     yr = ref.scan(xr, 1, op, exclusive=op == "max", reverse=op == "mul")
     (gr,) = torch.autograd.grad(yr, xr, w.double())
     assert gx.dtype == dtype
-    # Norm-wise, a few roundings of the output dtype: half inputs compute in float32 (DESIGN 1),
-    # their gradients too. float32: 1e-4 of the largest gradient (logaddexp's log-space backward).
+    # Norm-wise, a few roundings of the output dtype: half inputs compute in float32, and so do
+    # their gradients. float32: 1e-4 of the largest gradient (logaddexp's log-space backward).
     rtol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2}[dtype]
     assert_close(gx, gr, scale=magnitude(gr), rtol=rtol, what="grad")
 
@@ -259,9 +247,6 @@ def test_mul_gradient_with_zeros(device):
 
 # ---- opcheck and torch.compile ---------------------------------------------------------------
 
-OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-
-
 # opcheck compares eager and traced outputs without equal_nan: samples with NaN/inf inputs are left out.
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and s.values not in ("nan", "inf")], "check"))
 def test_scan_opcheck(s, device):
@@ -283,8 +268,7 @@ def test_scan_compile(s, device):
         (g,) = torch.autograd.grad(y, x, w)
         y_eager = pp.scan(x, s.dim, s.op, s.exclusive, s.reverse)
         (g_eager,) = torch.autograd.grad(y_eager, x, w)
-        assert_close(y, y_eager, scale=y_eager.abs() + 1)
-        assert_close(g, g_eager, scale=magnitude(g_eager) + 1, what="grad")
+        assert_same_as_eager((y,), (y_eager,), (g,), (g_eager,))
 
 
 def test_double_backward_of_mul_raises_a_clear_error(device):

@@ -1,6 +1,6 @@
 """segmented_scan and _scan_with_indices over packed sequences, from one sample table."""
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -9,11 +9,9 @@ import torch_parprims as pp
 from torch_parprims import reference as ref
 
 from helpers import (
-    sample_params,
-    BIG_PATTERNS, FLOATS, INTS, LENGTH_PATTERNS, LONG_PATTERNS, assert_close, draw, finite_mask_fn, grad_leaf, grad_weights,
-    magnitude, make_offsets, scan_scale, slow, with_layout, NONDET_TOL)
-
-OPS = ("add", "mul", "max", "min", "logaddexp")
+    BIG_PATTERNS, FLOATS, INTS, LENGTH_PATTERNS, LONG_PATTERNS, NONDET_TOL, OPCHECK_UTILS, OPS, assert_close,
+    assert_same_as_eager, draw, finite_mask_fn, grad_leaf, grad_samples, grad_weights, make_offsets, sample_params,
+    scan_scale, with_layout)
 
 # Where the packed dimension sits: (shape given the total length T, dim).
 LAYOUTS = {
@@ -100,18 +98,7 @@ def _samples():
 
 
 SAMPLES = _samples()
-
-
-
-def _grad_samples():
-    seen, out = set(), []
-    for s in SAMPLES:
-        if s.differentiable and s.small and s.values not in ("nan", "inf", "ties"):
-            d = replace(s, dtype=torch.complex128 if s.dtype.is_complex else torch.float64, check=False, compile=False)
-            if d not in seen:
-                seen.add(d)
-                out.append(d)
-    return out
+GRAD_SAMPLES = grad_samples(SAMPLES, lambda s: s.differentiable and s.small and s.values not in ("nan", "inf", "ties"))
 
 
 def _run(s, x, offsets):
@@ -158,7 +145,7 @@ def test_one_sequence_equals_scan_and_offsets_dtypes_agree(op, device):
     assert_close(y32, y64, scale=0)
 
 
-@pytest.mark.parametrize("s", sample_params(_grad_samples()))
+@pytest.mark.parametrize("s", sample_params(GRAD_SAMPLES))
 def test_segmented_scan_gradcheck(s, device):
     x, offsets = s.make(device)
     x, to_input = grad_leaf(x)
@@ -166,9 +153,6 @@ def test_segmented_scan_gradcheck(s, device):
     if s.exclusive and s.op in ("max", "min", "logaddexp"):
         fn = finite_mask_fn(fn, x)
     assert torch.autograd.gradcheck(fn, (x,), fast_mode=x.numel() > 300, nondet_tol=NONDET_TOL)
-
-
-OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
 # opcheck compares eager and traced outputs without equal_nan: samples with NaN/inf inputs are left out.
@@ -193,8 +177,7 @@ def test_segmented_scan_compile(s, device):
         (g,) = torch.autograd.grad(y, x, w)
         y_eager = _run(s, x, offsets)
         (g_eager,) = torch.autograd.grad(y_eager, x, w)
-        assert_close(y, y_eager, scale=y_eager.abs() + 1)
-        assert_close(g, g_eager, scale=magnitude(g_eager) + 1, what="grad")
+        assert_same_as_eager((y,), (y_eager,), (g,), (g_eager,))
 
 
 # ---- _scan_with_indices -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The main job: ``python -m torch_parprims``.
 
 1. Checks every op (scan for each operator, segmented_scan, affine_scan, matrix_affine_scan,
-   check_offsets) against ``torch_parprims.reference`` (or, where that is missing, against
-   PyTorch equivalents and plain loops) on the best available device.
+   check_offsets) against ``torch_parprims.reference``, the pure-PyTorch oracle, on the best
+   available device.
 2. Prints a benchmark table against the PyTorch equivalents: median milliseconds, GB/s of the
    bytes each op must move (inputs read once, outputs written once) and the speed-up.
 
@@ -19,13 +19,9 @@ from typing import Callable, List, Optional, Tuple
 import torch
 
 import torch_parprims as pp
+from torch_parprims import reference as ref
+from torch_parprims.ops.scan import OPS
 
-try:  # the readable pure-PyTorch oracle, where present
-    from torch_parprims import reference as _reference
-except Exception:  # noqa: BLE001 - any failure to import means: use the fallbacks below
-    _reference = None
-
-OPS = ("add", "mul", "max", "min", "logaddexp")
 _TORCH_SCAN = {
     "add": torch.cumsum,
     "mul": torch.cumprod,
@@ -64,96 +60,6 @@ class Progress:
         if self.tty:
             sys.stderr.write("\n")
             sys.stderr.flush()
-
-
-# ---- oracles: reference.py, or PyTorch equivalents ---------------------------------------------
-
-
-def _ref(name: str):
-    return getattr(_reference, name, None) if _reference is not None else None
-
-
-def _identity(op: str, dtype: torch.dtype):
-    if op == "add":
-        return 0
-    if op == "mul":
-        return 1
-    if op == "logaddexp":
-        return -math.inf
-    if dtype == torch.bool:
-        return op == "min"
-    if dtype.is_floating_point:
-        return -math.inf if op == "max" else math.inf
-    info = torch.iinfo(dtype)
-    return info.min if op == "max" else info.max
-
-
-def oracle_scan(x, dim, op, exclusive=False, reverse=False, offsets=None):
-    """The scan computed by PyTorch: cumsum & co. per sequence, in float64."""
-    f = _ref("segmented_scan")
-    if f is not None:
-        return f(x, offsets, dim, op, exclusive, reverse)
-    dim = dim % x.dim()
-    xw = x.double() if x.is_floating_point() else x
-    bounds = [0, x.size(dim)] if offsets is None else offsets.tolist()
-    parts = []
-    for s, e in zip(bounds[:-1], bounds[1:]):
-        seg = xw.narrow(dim, s, e - s)
-        if reverse:
-            seg = seg.flip(dim)
-        y = _TORCH_SCAN[op](seg, dim) if e > s else seg
-        if op == "add" and not (x.is_floating_point() or x.is_complex()):
-            y = y.to(torch.int64)
-        if exclusive and e > s:
-            first = torch.full_like(y.narrow(dim, 0, 1), _identity(op, x.dtype))
-            y = torch.cat([first, y.narrow(dim, 0, e - s - 1)], dim)
-        parts.append(y.flip(dim) if reverse else y)
-    return torch.cat(parts, dim)
-
-
-def _time_loop(step, n, h0, offsets, reverse):
-    """Runs h = step(t, h) over time per sequence; returns (outputs, final states)."""
-    outs = [None] * n
-    bounds = [0, n] if offsets is None else offsets.tolist()
-    finals = []
-    for k, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
-        h = h0[k]
-        for t in range(e - 1, s - 1, -1) if reverse else range(s, e):
-            h = step(t, h)
-            outs[t] = h
-        finals.append(h)
-    return torch.stack(outs), torch.stack(finals)
-
-
-def oracle_affine(a, b, dim, initial_state=None, offsets=None, reverse=False, log_gates=False):
-    f = _ref("affine_scan")
-    if f is not None:
-        return f(a, b, dim, initial_state, offsets, reverse, log_gates)
-    wide = torch.complex128 if b.is_complex() else torch.float64
-    dim = dim % b.dim()
-    A = (a.to(wide).exp() if log_gates else a.to(wide)).expand(b.shape).movedim(dim, 0)
-    B = b.to(wide).movedim(dim, 0)
-    S = 1 if offsets is None else offsets.numel() - 1
-    h0 = torch.zeros((S,) + B.shape[1:], dtype=wide, device=b.device) if initial_state is None else \
-        (initial_state.to(wide) if offsets is not None else initial_state.to(wide).unsqueeze(0))
-    h, final = _time_loop(lambda t, h: A[t] * h + B[t], B.size(0), h0, offsets, reverse)
-    return h.movedim(0, dim), (final if offsets is not None else final[0])
-
-
-def oracle_matrix_affine(A, b, dim=-2, initial_state=None, offsets=None, reverse=False):
-    f = _ref("matrix_affine_scan")
-    if f is not None:
-        return f(A, b, dim, initial_state, offsets, reverse)
-    dim = dim % b.dim()
-    d = b.size(-1)
-    Aw = A.double().expand(tuple(b.shape) + (d,)).movedim(dim, 0)
-    B = b.double().movedim(dim, 0)
-    S = 1 if offsets is None else offsets.numel() - 1
-    h0 = torch.zeros((S,) + B.shape[1:], dtype=torch.float64, device=b.device) if initial_state is None else \
-        (initial_state.double() if offsets is not None else initial_state.double().unsqueeze(0))
-    step = lambda t, h: (Aw[t] @ h.unsqueeze(-1)).squeeze(-1) + B[t]  # noqa: E731
-    h, final = _time_loop(step, B.size(0), h0, offsets, reverse)
-    return h.movedim(0, dim), (final if offsets is not None else final[0])
 
 
 # ---- correctness checks -----------------------------------------------------------------------
@@ -201,21 +107,21 @@ def build_checks(device, quick: bool) -> List[Tuple[str, Callable[[], Tuple[bool
         x = randn(3, 257)
         if op == "mul":
             x = 1 + 0.05 * x
-        add(f"scan {op}", lambda x=x, op=op: (pp.scan(x, -1, op), oracle_scan(x, -1, op)))
+        add(f"scan {op}", lambda x=x, op=op: (pp.scan(x, -1, op), ref.scan(x, -1, op)))
         add(f"scan {op} dim=0 exclusive",
-            lambda x=x, op=op: (pp.scan(x, 0, op, exclusive=True), oracle_scan(x, 0, op, exclusive=True)))
+            lambda x=x, op=op: (pp.scan(x, 0, op, exclusive=True), ref.scan(x, 0, op, exclusive=True)))
         add(f"scan {op} reverse", lambda x=x, op=op: (pp.scan(x, 1, op, reverse=True),
-                                                      oracle_scan(x, 1, op, reverse=True)))
+                                                      ref.scan(x, 1, op, reverse=True)))
         xf = x.float().t()  # float32, a non-contiguous view
-        add(f"scan {op} float32 transposed", lambda xf=xf, op=op: (pp.scan(xf, 1, op), oracle_scan(xf, 1, op)),
+        add(f"scan {op} float32 transposed", lambda xf=xf, op=op: (pp.scan(xf, 1, op), ref.scan(xf, 1, op)),
             rtol=1e-4, atol=1e-4)
     xn = randn(2, 100)
     xn[0, 10] = math.nan
-    add("scan max propagates NaN", lambda: (pp.scan(xn, 1, "max"), oracle_scan(xn, 1, "max")))
+    add("scan max propagates NaN", lambda: (pp.scan(xn, 1, "max"), ref.scan(xn, 1, "max")))
     xi = torch.randint(-100, 100, (4, 999), generator=gen, dtype=torch.int32).to(device)
-    add("scan add int32 -> int64", lambda: (pp.scan(xi, 1), oracle_scan(xi, 1, "add")))
+    add("scan add int32 -> int64", lambda: (pp.scan(xi, 1), ref.scan(xi, 1, "add")))
     xl = torch.randint(-5, 6, (1, long_len), generator=gen, dtype=torch.int64).to(device)
-    add(f"scan add long row (L={long_len}, exact)", lambda: (pp.scan(xl, 1), oracle_scan(xl, 1, "add")))
+    add(f"scan add long row (L={long_len}, exact)", lambda: (pp.scan(xl, 1), ref.scan(xl, 1, "add")))
 
     offsets = _offsets([5, 0, 17, 1, 0, 40, 3], device)
     total = int(offsets[-1])
@@ -224,32 +130,32 @@ def build_checks(device, quick: bool) -> List[Tuple[str, Callable[[], Tuple[bool
         if op == "mul":
             x = 1 + 0.05 * x
         add(f"segmented_scan {op}",
-            lambda x=x, op=op: (pp.segmented_scan(x, offsets, 0, op), oracle_scan(x, 0, op, offsets=offsets)))
+            lambda x=x, op=op: (pp.segmented_scan(x, offsets, 0, op), ref.segmented_scan(x, offsets, 0, op)))
     xs = randn(3, total)
     add("segmented_scan add exclusive reverse int32 offsets",
         lambda: (pp.segmented_scan(xs, offsets.int(), 1, "add", True, True),
-                 oracle_scan(xs, 1, "add", True, True, offsets)))
+                 ref.segmented_scan(xs, offsets, 1, "add", True, True)))
 
     a, b, h0 = rand(2, 3, 64), randn(2, 3, 64), randn(2, 3)
-    add("affine_scan", lambda: (pp.affine_scan(a, b), oracle_affine(a, b, -1)))
+    add("affine_scan", lambda: (pp.affine_scan(a, b), ref.affine_scan(a, b, -1)))
     add("affine_scan initial_state reverse",
-        lambda: (pp.affine_scan(a, b, -1, h0, reverse=True), oracle_affine(a, b, -1, h0, reverse=True)))
+        lambda: (pp.affine_scan(a, b, -1, h0, reverse=True), ref.affine_scan(a, b, -1, h0, reverse=True)))
     la = -rand(1, 3, 64)  # log gates, broadcast over the batch
     add("affine_scan log_gates broadcast", lambda: (pp.affine_scan(la, b, log_gates=True),
-                                                    oracle_affine(la, b, -1, log_gates=True)))
+                                                    ref.affine_scan(la, b, -1, log_gates=True)))
     ap, bp, hp = rand(total, 5), randn(total, 5), randn(offsets.numel() - 1, 5)
     add("affine_scan packed sequences",
-        lambda: (pp.affine_scan(ap, bp, 0, hp, offsets), oracle_affine(ap, bp, 0, hp, offsets)))
+        lambda: (pp.affine_scan(ap, bp, 0, hp, offsets), ref.affine_scan(ap, bp, 0, hp, offsets)))
     ac = torch.polar(rand(2, 50), 3 * randn(2, 50)).to(torch.complex128)
     bc = torch.complex(randn(2, 50), randn(2, 50))
-    add("affine_scan complex", lambda: (pp.affine_scan(ac, bc), oracle_affine(ac, bc, -1)))
+    add("affine_scan complex", lambda: (pp.affine_scan(ac, bc), ref.affine_scan(ac, bc, -1)))
 
     A, bm = 0.5 * randn(2, 40, 3, 3), randn(2, 40, 3)
-    add("matrix_affine_scan", lambda: (pp.matrix_affine_scan(A, bm), oracle_matrix_affine(A, bm)))
+    add("matrix_affine_scan", lambda: (pp.matrix_affine_scan(A, bm), ref.matrix_affine_scan(A, bm)))
     Ap, bmp, hmp = 0.5 * randn(total, 2, 2), randn(total, 2), randn(offsets.numel() - 1, 2)
     add("matrix_affine_scan packed reverse",
         lambda: (pp.matrix_affine_scan(Ap, bmp, 0, hmp, offsets, reverse=True),
-                 oracle_matrix_affine(Ap, bmp, 0, hmp, offsets, reverse=True)))
+                 ref.matrix_affine_scan(Ap, bmp, 0, hmp, offsets, reverse=True)))
 
     def bad_offsets():
         pp.check_offsets(offsets, total)
@@ -269,8 +175,7 @@ def build_checks(device, quick: bool) -> List[Tuple[str, Callable[[], Tuple[bool
 
 def run_checks(device, quick: bool) -> bool:
     checks = build_checks(device, quick)
-    oracle = "torch_parprims.reference" if _reference is not None else "PyTorch equivalents"
-    print(f"Correctness on {device} against {oracle}:")
+    print(f"Correctness on {device} against torch_parprims.reference:")
     failures = []
     bar = Progress(len(checks), "checks")
     results = []

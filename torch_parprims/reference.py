@@ -6,11 +6,16 @@ inputs are computed and returned in float64 / complex128 (the tests compare the 
 output against these wide results); integer and bool inputs are computed exactly and returned
 in the dtype the op returns. The functions are differentiable through ordinary autograd.
 
-Conventions shared by every op (see DESIGN.md section 1):
+This file imports nothing but torch: it loads without the compiled extension, even as a file
+by its path (``importlib.util.spec_from_file_location``), so it can check any build, or none.
+
+Conventions shared by every op:
 
 * ``offsets`` (``cu_seqlens``) cut the scanned dimension into sequences
   ``[offsets[k], offsets[k+1])``; every sequence is processed alone.
 * ``exclusive`` puts the operator's identity first; ``reverse`` means flip, scan, flip.
+* ``dim`` is any dimension of the data, a negative one counting from the end as in torch
+  (for ``matrix_affine_scan``, any dimension of ``b`` but its last, the state).
 """
 from typing import List, Optional, Tuple
 
@@ -272,11 +277,6 @@ def affine_scan(
     h0 = _initial_states(initial_state, B, offsets)
     h, final = _recurrence(lambda t, h: A[t] * h + B[t], B, h0, offsets, reverse, exclusive)
     return h.movedim(0, dim), (final if offsets is not None else final[0])
-
-
-def affine_scan_exclusive(a, b, dim=-1, initial_state=None, offsets=None, reverse=False, log_gates=False):
-    """Reference of ``parprims._affine_scan_exclusive``: ``h_{t-1}`` at every step."""
-    return affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, exclusive=True)
 
 
 def matrix_affine_scan(

@@ -9,9 +9,12 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _args
+
 _ops = torch.ops.parprims
 
 
+@_args.takes_offsets("b")
 def affine_scan(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -20,12 +23,16 @@ def affine_scan(
     offsets: Optional[torch.Tensor] = None,
     reverse: bool = False,
     log_gates: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The elementwise linear recurrence ``h_t = a_t * h_{t-1} + b_t`` along ``dim``.
 
     Args:
         a: gates, broadcastable to ``b`` (e.g. ``(1, C, T)`` shared over the batch; never
-            materialized). With ``log_gates=True``, ``a`` holds ``log a``.
+            materialized). A Python number or a 0-d tensor is one gate for every element
+            (converted to ``b``'s dtype and device). With ``log_gates=True``, ``a`` holds
+            ``log a``.
         b: inputs, e.g. ``(B, C, T)`` with ``dim=-1`` or ``(B, T, C)`` with ``dim=1``; any
             strides. float16, bfloat16 (computed in float32), float32, float64, complex64,
             complex128 (LRU-style complex gates; on the CPU, float32 and complex64 recur in
@@ -35,10 +42,12 @@ def affine_scan(
             ``(S, *that)``, one per sequence. Zeros when ``None``. float32 for half inputs
             (the input dtype is accepted too).
         offsets: packed sequences along ``dim`` (``cu_seqlens``, length S+1): the
-            recurrence restarts at every sequence start.
+            recurrence restarts at every sequence start. 1-D int32/int64 tensor on ``b``'s
+            device, as for :func:`segmented_scan`.
         reverse: run from the end, ``h_t = a_t * h_{t+1} + b_t``; the initial state then
             enters at each sequence's end and the final state is the one at its start.
         log_gates: ``a`` is given in log space.
+        cu_seqlens: a keyword alias of ``offsets`` (flash-attn's name); give one of the two.
 
     Returns:
         ``(h, final_state)``: ``h`` shaped like ``b``; ``final_state`` shaped like
@@ -50,10 +59,14 @@ def affine_scan(
         >>> h, last = affine_scan(a, b)
         >>> h1 = a[..., 1] * h[..., 0] + b[..., 1]
         >>> assert torch.allclose(h[..., 1], h1) and torch.equal(last, h[..., -1])
+        >>> h, _ = affine_scan(0.9, b)  # one gate for every element
     """
+    # b and offsets are checked, and cu_seqlens arrives as offsets (see _args.takes_offsets).
+    a = _args.gate(a, b)
     return _ops.affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates)
 
 
+@_args.takes_offsets("b")
 def matrix_affine_scan(
     A: torch.Tensor,
     b: torch.Tensor,
@@ -61,6 +74,8 @@ def matrix_affine_scan(
     initial_state: Optional[torch.Tensor] = None,
     offsets: Optional[torch.Tensor] = None,
     reverse: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The dense linear recurrence ``h_t = A_t @ h_{t-1} + b_t`` with small states (d <= 8).
 
@@ -70,7 +85,7 @@ def matrix_affine_scan(
         dim: the time dimension of ``b`` (not its last, state dimension). Default -2.
         initial_state: ``(*b.shape without dim)`` (that is ``(..., d)``), or ``(S, ..., d)``
             with ``offsets``. Zeros when ``None``.
-        offsets, reverse: as for :func:`affine_scan`.
+        offsets, reverse, cu_seqlens: as for :func:`affine_scan`.
 
     Returns:
         ``(h, final_state)`` with ``h`` shaped like ``b``.

@@ -3,6 +3,8 @@ from typing import Optional
 
 import torch
 
+from . import _args
+
 _ops = torch.ops.parprims
 OPS = ("add", "mul", "max", "min", "logaddexp")
 
@@ -35,9 +37,10 @@ def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, re
         tensor([ 3.,  4.,  8., 10.])
         >>> assert torch.equal(scan(x, 0, "max", exclusive=True), torch.tensor([-float("inf"), 3., 3., 4.]))
     """
-    return _ops.scan(x, dim, op, exclusive, reverse)
+    return _ops.scan(_args.expect_tensor("x", x), dim, op, exclusive, reverse)
 
 
+@_args.takes_offsets("x")
 def segmented_scan(
     x: torch.Tensor,
     offsets: torch.Tensor,
@@ -45,6 +48,8 @@ def segmented_scan(
     op: str = "add",
     exclusive: bool = False,
     reverse: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Scan along ``dim`` restarting at every packed-sequence start.
 
@@ -57,6 +62,7 @@ def segmented_scan(
             non-decreasing, ``offsets[-1] == x.size(dim)`` (flash-attn's ``cu_seqlens``).
             Empty sequences are allowed.
         dim, op, exclusive, reverse: as for :func:`scan`.
+        cu_seqlens: a keyword alias of ``offsets`` (flash-attn's name); give one of the two.
 
     Example::
 
@@ -64,7 +70,9 @@ def segmented_scan(
         >>> offsets = torch.tensor([0, 2, 5])
         >>> y = segmented_scan(x, offsets)
         >>> assert torch.equal(y, torch.cat([x[:2].cumsum(0), x[2:].cumsum(0)]))
+        >>> assert torch.equal(segmented_scan(x, cu_seqlens=offsets), y)
     """
+    # cu_seqlens arrives as offsets (see _args.takes_offsets).
     return _ops.segmented_scan(x, offsets, dim, op, exclusive, reverse)
 
 
@@ -110,7 +118,7 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
 
     if op == "add":
         return rscan(grad, "add", exclusive)
-    if op != "add" and x.dtype in (torch.float16, torch.bfloat16):
+    if x.dtype in (torch.float16, torch.bfloat16):
         # Half inputs: the backward computes in float32, as the forward does. Max/min accumulate
         # their scattered gradients in float32; logaddexp needs the float32 output, not the saved
         # half one, whose rounding (up to 2^-9 relative in bfloat16) every exp(x - y) would carry.
@@ -149,22 +157,15 @@ def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
     ctx.save_for_backward(x if keep_x else None, y if op == "logaddexp" else None, offsets)
 
 
+# `inputs` holds every argument of the schema, defaults filled in.
 def _scan_setup_context(ctx, inputs, output):
-    x, dim, op, exclusive, reverse = _normalize_scan_args(*inputs)
+    x, dim, op, exclusive, reverse = inputs
     _setup(ctx, x, output, None, dim, op, exclusive, reverse)
 
 
 def _segmented_setup_context(ctx, inputs, output):
-    x, offsets, dim, op, exclusive, reverse = _normalize_segmented_args(*inputs)
+    x, offsets, dim, op, exclusive, reverse = inputs
     _setup(ctx, x, output, offsets, dim, op, exclusive, reverse)
-
-
-def _normalize_scan_args(x, dim, op="add", exclusive=False, reverse=False):
-    return x, dim, op, exclusive, reverse
-
-
-def _normalize_segmented_args(x, offsets, dim=0, op="add", exclusive=False, reverse=False):
-    return x, offsets, dim, op, exclusive, reverse
 
 
 def _backward(ctx, grad):
