@@ -1,4 +1,4 @@
-"""Benchmarks of ``affine_scan`` (h_t = a_t * h_{t-1} + b_t): every affine row of ../shared/TARGETS.md.
+"""Benchmarks of ``affine_scan`` (h_t = a_t * h_{t-1} + b_t): every affine row of benchmarks/TARGETS.md.
 
 Rows (GPU sizes; ``--device cpu`` divides the channels by 2^6, ``--quick`` shrinks further):
 * (B, C, T) = (8, 2048, 4096), T contiguous, float32 and bfloat16: forward, and forward+backward.
@@ -51,7 +51,7 @@ def sizes(h):
     return (2, 16, 1024), (2, 8, 512), (2, 1024, 16), [max(1, n // 8) for n in PACKED_LENGTHS], 16
 
 
-# TARGETS.md, GPU (H200): (target fraction, best today) by (row, dtype)
+# benchmarks/TARGETS.md, GPU (H200): (target fraction, best today) by (row, dtype)
 TARGETS = {
     ("tbig", "float32", "fwd"): (0.95, "accelerated-scan (Triton) 0.194 ms"),
     ("tbig", "bfloat16", "fwd"): (0.90, "accelerated-scan (Triton) 0.109 ms"),

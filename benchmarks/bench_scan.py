@@ -1,11 +1,11 @@
-"""Benchmarks of ``scan`` and ``segmented_scan``: every scan row of ../shared/TARGETS.md.
+"""Benchmarks of ``scan`` and ``segmented_scan``: every scan row of benchmarks/TARGETS.md.
 
 Rows (GPU sizes; ``--device cpu`` divides them by about 2^6, ``--quick`` by 2^4 more):
 * add, 1-D 2^28 float32, against torch.cumsum; 1-D 2^28 int32 -> int64 against torch.cumsum.
 * add along the last dim of (12288, 2048), (65536, 256), (64, 2^20), float32 and bfloat16.
 * max, min, mul, logaddexp at the same shapes (1-D in float32) against torch.cummax, cummin,
   cumprod, logcumsumexp. torch.cummax/cummin on the 1-D 2^28 GPU case take ~750 ms a call
-  (TARGETS.md) and are not timed unless ``--slow-baselines`` (then once).
+  (benchmarks/TARGETS.md) and are not timed unless ``--slow-baselines`` (then once).
 * segmented add: 2^26 elements in 2^16 sequences of random length (0 to ~2k, fixed to sum to
   2^26), and 1 sequence of 2^25 plus 10^5 sequences of length 1-8, against (a) a Python loop over
   the sequences calling torch.cumsum (timed in full when one pass is estimated under 10 s, else
@@ -114,7 +114,7 @@ def sizes(h):
     return 1 << 18, [(48, 2048), (256, 256), (4, 1 << 15)], (1 << 16, 64, 2048), (1 << 15, 100)
 
 
-# TARGETS.md, GPU (H200) rows: (target fraction, best today by dtype)
+# benchmarks/TARGETS.md, GPU (H200) rows: (target fraction, best today by dtype)
 FWD_TARGETS = {
     "1d": (0.90, "CUB DeviceScan 0.691 ms; torch.cumsum 0.83 ms"),
     "int": (0.85, "torch.cumsum 2.42 ms"),
@@ -184,7 +184,7 @@ class Scan:
             if self.slow_baselines:
                 base = {"fn": base["fn"], "reps": 1, "note": "one timed call (very slow on 1-D)"}
             else:
-                base = {"skip": f"{base_name} on 1-D 2^28 takes ~751 ms a call on an H200 (TARGETS.md); "
+                base = {"skip": f"{base_name} on 1-D 2^28 takes ~751 ms a call on an H200 (benchmarks/TARGETS.md); "
                                 "not timed (--slow-baselines times it once)"}
         notes = ["int32 in, int64 out (as torch.cumsum)"] if not dtype.is_floating_point else []
         return h.bench(f"scan:{op}", case, shape, dtype, nbytes, make, ours=lambda s: pp.scan(s["x"], dim, op),

@@ -1,4 +1,4 @@
-"""Common benchmark harness for torch_parprims (see DESIGN.md section 5, ../shared/TARGETS.md).
+"""Common benchmark harness for torch_parprims (the rows and their targets: benchmarks/TARGETS.md).
 
 What it measures and how:
 

@@ -6,13 +6,24 @@
 #   PARPRIMS_CUDA=0        build the CPU kernels only (default: with CUDA when nvcc is found)
 #   TORCH_CUDA_ARCH_LIST   GPU architectures to compile for (default "8.0;9.0")
 #   MAX_JOBS               parallel compile jobs (default 2)
-#   PYTHON                 the Python to use (default python3)
+#   PYTHON                 the Python to use. Default: python3 of the active virtual environment
+#                          (VIRTUAL_ENV set), else the project's own .venv at the repository root,
+#                          created on first use with `python3 -m venv .venv`. The system Python is
+#                          never changed.
 #   PARPRIMS_SKIP_BUILD=1  use the extension as already built
 #   PARPRIMS_REBUILD=1     rebuild even when the extension looks up to date
 
 PARPRIMS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$PARPRIMS_ROOT" || exit 1
-PYTHON="${PYTHON:-python3}"
+PP_PROJECT_VENV=0
+if [ -z "${PYTHON:-}" ]; then
+  if [ -n "${VIRTUAL_ENV:-}" ]; then
+    PYTHON=python3
+  else
+    PYTHON="$PARPRIMS_ROOT/.venv/bin/python"
+    PP_PROJECT_VENV=1
+  fi
+fi
 export MAX_JOBS="${MAX_JOBS:-2}"
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-8.0;9.0}"
 
@@ -36,32 +47,56 @@ pp_apt_install() {
 
 pp_pip() {
   local extra=()
-  # A distribution's Python refuses pip installs unless told otherwise (PEP 668).
-  if [ -z "${VIRTUAL_ENV:-}" ] && "$PYTHON" - <<'PY' 2>/dev/null; then extra+=(--break-system-packages); fi
-import os, sys, sysconfig
-sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)
-PY
   [ -t 1 ] || extra+=(--progress-bar off)  # no bars in a log file
   "$PYTHON" -m pip install --disable-pip-version-check "${extra[@]}" "$@"
 }
 
-# Python packages: torch, numpy, pytest, ninja, expecttest; setuptools and wheel for the build.
+# Creates the project's virtual environment .venv (once) when no virtual environment is active
+# and PYTHON was not given, and puts its bin/ first on PATH, as `source .venv/bin/activate` does.
+pp_setup_venv() {
+  [ "$PP_PROJECT_VENV" = 1 ] || return 0
+  local venv="$PARPRIMS_ROOT/.venv"
+  # A venv that Debian's python3 created without python3-venv has a python but no pip.
+  if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    pp_log "$venv has no pip: creating it again"
+    rm -rf "$venv"
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    command -v python3 >/dev/null 2>&1 || pp_apt_install python3
+    pp_log "creating the project's virtual environment: python3 -m venv .venv"
+    if ! python3 -m venv "$venv"; then
+      # Debian and Ubuntu ship venv's pip bootstrap (ensurepip) separately.
+      rm -rf "$venv"
+      local ver
+      ver="$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+      pp_log "python3 -m venv failed: apt-get install python3-venv python$ver-venv"
+      pp_apt_install python3-venv "python$ver-venv" || pp_apt_install python3-venv
+      python3 -m venv "$venv" || pp_die "python3 -m venv .venv failed"
+    fi
+  fi
+  export VIRTUAL_ENV="$venv"
+  case ":$PATH:" in *":$venv/bin:"*) ;; *) export PATH="$venv/bin:$PATH" ;; esac
+}
+
+# Python packages: torch, numpy, pytest, pytest-xdist, hypothesis, ninja, expecttest; setuptools
+# and wheel for the build.
 pp_install_python_deps() {
+  pp_setup_venv
   command -v "$PYTHON" >/dev/null 2>&1 || pp_die "$PYTHON not found"
   "$PYTHON" -m pip --version >/dev/null 2>&1 || pp_apt_install python3-pip
   local missing
   missing="$("$PYTHON" - <<'PY'
 import importlib.util
 from importlib import metadata
-need = {"torch": "torch", "numpy": "numpy", "pytest": "pytest", "ninja": "ninja", "expecttest": "expecttest",
-        "wheel": "wheel"}
+need = {"torch": "torch", "numpy": "numpy", "pytest": "pytest", "xdist": "pytest-xdist",
+        "hypothesis": "hypothesis", "ninja": "ninja", "expecttest": "expecttest", "wheel": "wheel"}
 missing = [pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None]
 try:
     major = int(metadata.version("setuptools").split(".")[0])
 except Exception:
     major = 0
-if major < 64:
-    missing.append("setuptools>=64")
+if major < 77:
+    missing.append("setuptools>=77")
 print(" ".join(missing))
 PY
 )"
@@ -144,17 +179,16 @@ pp_build_extension() {
     pp_build_settings > build/.parprims-build-stamp
     pp_log "extension built in $((SECONDS - start)) s"
   fi
-  # Import from outside the source tree, as a user would, and list the CUDA kernels.
+  # Import from outside the source tree, as a user would, and report whether CUDA kernels were built.
   (cd / && "$PYTHON" - <<'PY'
-import glob, os, torch, torch_parprims
-ops = ("scan", "segmented_scan", "affine_scan", "matrix_affine_scan")
-cuda = [op for op in ops if torch._C._dispatch_has_kernel_for_dispatch_key(f"parprims::{op}", "CUDA")]
+import glob, os, torch_parprims
+cuda = torch_parprims.cuda_kernels_built()
 print(f"==> torch_parprims {torch_parprims.__version__} imported from {os.path.dirname(torch_parprims.__file__)}; "
-      f"CUDA kernels: {', '.join(cuda) or 'none'}")
+      f"CUDA kernels: {'yes' if cuda else 'no (a CPU-only build)'}")
 if os.environ.get("PARPRIMS_CUDA") == "1":
     root = os.path.dirname(os.path.dirname(os.path.abspath(torch_parprims.__file__)))
     if glob.glob(os.path.join(root, "csrc", "cuda", "*.cu")) and not cuda:
-        raise SystemExit("error: built with CUDA, but no op registered a CUDA kernel")
+        raise SystemExit("error: built with CUDA, but the ops registered no CUDA kernel")
 PY
   )
 }

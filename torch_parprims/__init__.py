@@ -3,7 +3,8 @@
 Every op is registered under ``torch.ops.parprims`` with CPU and CUDA kernels, a fake kernel
 for ``torch.compile`` and autograd. The functions here are thin, documented wrappers.
 """
-from ._loader import load_extension
+from ._loader import cuda_kernels_built, load_extension
+from ._version import __version__
 
 load_extension()
 
@@ -22,5 +23,5 @@ __all__ = [
     "selective_state_update",
     "check_offsets",
     "set_checks",
+    "cuda_kernels_built",
 ]
-__version__ = "0.1.0"

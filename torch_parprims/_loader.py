@@ -14,3 +14,14 @@ def load_extension():
             "build it with `pip install --no-build-isolation -e .`"
         )
     torch.ops.load_library(candidates[0])
+
+
+def cuda_kernels_built() -> bool:
+    """Whether the compiled extension registered CUDA kernels.
+
+    True when this build of torch_parprims was compiled with its CUDA kernels (``nvcc`` was
+    found and ``PARPRIMS_CUDA`` was not ``0``); False for a CPU-only build, whose ops refuse
+    CUDA tensors. It says nothing about whether a GPU is present: check
+    ``torch.cuda.is_available()`` for that.
+    """
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key("parprims::scan", "CUDA"))
