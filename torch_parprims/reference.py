@@ -416,11 +416,11 @@ def selective_state_update(
     f64 = torch.float64
     heads = state.dim() == 4
     s = state.to(f64)
-    if not heads:  # one head of `dim` channels
-        s, x, dt, A = s[:, None], x[:, None], dt[:, None], A[None]
-        z = None if z is None else z[:, None]
-        D = None if D is None else D[None]
-        dt_bias = None if dt_bias is None else dt_bias[None]
+    if not heads:  # `dim` heads of one channel: channel d reads group d // (dim // G)
+        s, x, dt, A = s[:, :, None], x[:, :, None], dt[:, :, None], A[:, None]
+        z = None if z is None else z[:, :, None]
+        D = None if D is None else D[:, None]
+        dt_bias = None if dt_bias is None else dt_bias[:, None]
     nheads = s.shape[1]
     B, C = B.to(f64), C.to(f64)
     if B.dim() == 2:
@@ -440,5 +440,5 @@ def selective_state_update(
     if z is not None:
         out = out * torch.nn.functional.silu(z.to(f64))
     if not heads:
-        out, new = out[:, 0], new[:, 0]
+        out, new = out[:, :, 0], new[:, :, 0]
     return out, new

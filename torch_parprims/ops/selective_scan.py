@@ -127,11 +127,15 @@ def selective_state_update(
     ``out = (sum_n C * state + D * x) * silu(z)`` (mamba-ssm's ``selective_state_update``).
 
     Shapes, without heads: ``state (batch, dim, N)``; ``x, dt, z (batch, dim)``;
-    ``A (dim, N)``; ``B, C (batch, N)``; ``D, dt_bias (dim,)``. With heads:
+    ``A (dim, N)``; ``B, C (batch, N)`` or ``(batch, G, N)`` (channel d reads group
+    ``d // (dim // G)``); ``D, dt_bias (dim,)``. With heads:
     ``state (batch, H, P, N)``; ``x, dt, z (batch, H, P)``; ``A (H, P, N)``;
     ``B, C (batch, G, N)`` (head h reads group ``h // (H // G)``); ``D, dt_bias (H, P)``.
     ``state`` is float32 (float64 with float64 inputs) and stays so whatever x's dtype;
-    ``out`` has x's dtype. Not differentiable (it is a decoding step).
+    ``out`` has x's dtype. x, dt, z, B and C share a dtype (B and C may also be float32); A, D
+    and dt_bias are float32 (or float64 with float64 inputs). Every tensor may have any strides;
+    ``state`` may be a view, updated in place through its strides. Not differentiable (it is a
+    decoding step).
 
     Example::
 
