@@ -1,0 +1,627 @@
+"""selective_scan (Mamba-1) and selective_scan_fn, from one sample table.
+
+Every sample is compared with ``reference.selective_scan`` (a float64 loop over time) for the
+outputs and, through autograd on the reference, for the gradients of every floating input with a
+random gradient of ``out`` and of ``last_state``.
+"""
+import inspect
+import itertools
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import pytest
+import torch
+
+import torch_parprims as pp
+from torch_parprims import reference as ref
+
+from helpers import assert_close, grad_weights, magnitude, make_offsets, rel_err, sample_params, tol
+
+_ops = torch.ops.parprims
+
+EVERY = _ops._selective_scan_checkpoint_every()  # the forward saves the state every EVERY steps
+GROUPS = 2  # groups of the "group" form of B and C
+NAMES = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
+
+
+@dataclass(frozen=True)
+class SSSample:
+    batch: int = 2
+    dim: int = 4
+    L: int = 33  # with `lengths`, the sum of the lengths
+    N: int = 4
+    bc: str = "var"  # B and C: const (dim, N) | var (batch, N, L) | group (batch, G, N, L)
+    D: bool = False
+    z: bool = False
+    delta_bias: bool = False
+    softplus: bool = False
+    init: bool = False  # initial_state
+    lengths: Optional[tuple] = None  # packed sequences along L (batch 1), with cu_seqlens
+    offsets_dtype: torch.dtype = torch.int64
+    dtype: torch.dtype = torch.float32
+    view: str = "contiguous"  # contiguous | transposed: u, delta, z are views of (batch, L, dim)
+    slow: bool = False
+    gradcheck: bool = False
+    opcheck: bool = False
+    compile: bool = False
+
+    def __post_init__(self):
+        if self.lengths is not None:
+            object.__setattr__(self, "batch", 1)
+            object.__setattr__(self, "L", sum(self.lengths))
+
+    def __str__(self):
+        flags = "".join(c for c, on in (("D", self.D), ("z", self.z), ("b", self.delta_bias),
+                                        ("s", self.softplus), ("h", self.init)) if on)
+        packed = f"-seqs{len(self.lengths)}-{str(self.offsets_dtype)[6:]}" if self.lengths is not None else ""
+        return (f"{self.batch}x{self.dim}x{self.L}xN{self.N}-{self.bc}-{flags or 'plain'}{packed}-"
+                f"{str(self.dtype)[6:]}-{self.view}")
+
+    @property
+    def compute(self):
+        return torch.float64 if self.dtype == torch.float64 else torch.float32
+
+    @property
+    def num_states(self):
+        return len(self.lengths) if self.lengths is not None else self.batch
+
+    def make(self, device):
+        """The op's arguments as a dict (floating tensors are leaves)."""
+        b, d, L, n, dt, cdt = self.batch, self.dim, self.L, self.N, self.dtype, self.compute
+        f64 = torch.float64
+
+        def seq(x):  # a (batch, dim, L) input, possibly a transposed view
+            if self.view == "transposed":
+                return x.transpose(1, 2).contiguous().to(dt).to(device).transpose(1, 2)
+            return x.to(dt).to(device)
+
+        def on(x, dtype):
+            return x.to(dtype).to(device)
+
+        args = {}
+        args["u"] = seq(torch.randn(b, d, L, dtype=f64))
+        if self.softplus:  # softplus(delta + bias) mostly in [0.02, 0.5]
+            raw = torch.randn(b, d, L, dtype=f64) * 0.7 - 2.0
+            bias = 0.5 * torch.randn(d, dtype=f64)
+        else:  # delta positive, in [0.01, 0.3]
+            raw = 0.01 + 0.25 * torch.rand(b, d, L, dtype=f64)
+            bias = 0.05 * torch.rand(d, dtype=f64)
+        args["delta"] = seq(raw)
+        # A < 0 over two orders of magnitude: some channels remember hundreds of steps.
+        args["A"] = on(-torch.exp(torch.empty(d, n, dtype=f64).uniform_(math.log(0.02), math.log(2.0))), cdt)
+        if self.bc == "const":
+            shape, pdt = (d, n), cdt
+        elif self.bc == "var":
+            shape, pdt = (b, n, L), dt
+        else:
+            shape, pdt = (b, GROUPS, n, L), dt
+        args["B"] = on(torch.randn(shape, dtype=f64), pdt)
+        args["C"] = on(torch.randn(shape, dtype=f64), pdt)
+        args["D"] = on(torch.randn(d, dtype=f64), cdt) if self.D else None
+        args["z"] = seq(torch.randn(b, d, L, dtype=f64)) if self.z else None
+        args["delta_bias"] = on(bias, cdt) if self.delta_bias else None
+        args["delta_softplus"] = self.softplus
+        args["initial_state"] = on(torch.randn(self.num_states, d, n, dtype=f64), cdt) if self.init else None
+        args["cu_seqlens"] = (make_offsets(self.lengths, self.offsets_dtype, device)
+                              if self.lengths is not None else None)
+        return args
+
+
+def floats(args):
+    """The floating inputs present, in NAMES order: (names, tensors)."""
+    names = [k for k in NAMES if args[k] is not None]
+    return names, [args[k] for k in names]
+
+
+def run(args):
+    return pp.selective_scan(**args)
+
+
+def run_ref(args):
+    return ref.selective_scan(**args)
+
+
+def scales(args):
+    """Per-element magnitudes of out and last_state: the recurrence run on |u|, |B|, |C|, |D| and
+    |initial_state| (the same gates), times |silu(z)|."""
+    wide = {k: (v.detach().double().abs() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+            for k, v in args.items()}
+    wide["delta"] = args["delta"].detach().double()
+    wide["A"] = args["A"].detach().double()
+    if args["delta_bias"] is not None:
+        wide["delta_bias"] = args["delta_bias"].detach().double()
+    wide["z"] = None
+    out, last = ref.selective_scan(**wide)
+    if args["z"] is not None:
+        out = out * torch.nn.functional.silu(args["z"].detach().double()).abs()
+    return out.cpu(), last.cpu()
+
+
+def last_state_tol(s):
+    # last_state is float32 for half inputs, computed in float32 from the same input values.
+    return tol(s.compute)
+
+
+# ---- the sample table ----------------------------------------------------------------------------
+
+
+def _samples():
+    S = SSSample
+    out = []
+    # Every combination of B/C form, D, z, delta_bias and softplus (small shapes); initial
+    # states and transposed views on some; L crosses a checkpoint.
+    for i, (bc, D, z, bias, sp) in enumerate(itertools.product(("const", "var", "group"), *[(False, True)] * 4)):
+        out.append(S(2, 4, 2 * EVERY + 1 + i % 3, 3, bc, D, z, bias, sp, init=i % 3 == 1,
+                     view="transposed" if i % 4 == 2 else "contiguous",
+                     opcheck=i in (7, 40), gradcheck=i in (5, 30), compile=i == 47))
+    # Lengths: one step, around the checkpoint spacing and its multiples, long rows.
+    for L in (1, EVERY - 1, EVERY, EVERY + 1, 2 * EVERY - 1, 2 * EVERY, 2 * EVERY + 1, 4 * EVERY - 1,
+              4 * EVERY, 4 * EVERY + 1, 127):
+        out.append(S(2, 2, L, 4, "var" if L % 2 else "group", D=True, z=L % 3 == 0, delta_bias=True,
+                     softplus=True, init=L % 2 == 1))
+    for L in (2048, 2049, 4500):
+        out.append(S(1, 2, L, 2, "var", D=True, z=True, delta_bias=True, softplus=True, init=L == 2049))
+    # Empty rows keep the initial state (variable B/C: see test_empty_rows_backward_variable_B).
+    out.append(S(1, 2, 0, 4, "const", D=True, z=True, init=True))
+    # State sizes.
+    for n in (1, 16, 64, 256, 300):
+        out.append(S(1, 2, 40, n, "const" if n in (16, 300) else "var", D=True, z=n != 64, delta_bias=True,
+                     softplus=True, init=n == 300))
+    # dtypes: half inputs (float32 states and parameters), float64.
+    for dt, bc in itertools.product((torch.bfloat16, torch.float16, torch.float64), ("const", "var", "group")):
+        out.append(S(2, 4, 70, 8, bc, D=True, z=True, delta_bias=True, softplus=True, init=bc != "const",
+                     dtype=dt, view="transposed" if bc == "var" else "contiguous",
+                     opcheck=dt == torch.bfloat16 and bc == "group"))
+    # Packed sequences (batch 1) with empty ones, int32 and int64 offsets.
+    out += [
+        S(lengths=(5, 0, 17, 0, 40, 1, 0), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+          gradcheck=True, opcheck=True),
+        S(lengths=(0, 0, 33, 16, 0), bc="group", D=True, softplus=True, offsets_dtype=torch.int32),
+        S(lengths=(EVERY - 1, EVERY + 1, 1, 2 * EVERY), bc="const", z=True, delta_bias=True, init=True,
+          offsets_dtype=torch.int32, view="transposed", compile=True),
+        S(lengths=(0, 0, 0), bc="const", D=True, init=True),
+        S(lengths=(0, 20), bc="var", D=True, z=True, init=True, dtype=torch.bfloat16),
+        S(lengths=(30, 0), bc="group", D=True, z=True, init=True, dtype=torch.float64),
+    ]
+    # Bigger shapes (slow: the float64 reference loops over L, and its backward is quadratic in L).
+    out += [
+        S(1, 4, 4500, 8, "group", D=True, z=True, delta_bias=True, softplus=True, init=True, slow=True),
+        S(1, 2, 1100, 256, "var", D=True, z=True, delta_bias=True, softplus=True, slow=True),
+        S(2, 64, 300, 16, "const", D=True, z=True, delta_bias=True, softplus=True, slow=True),
+        S(2, 8, 2049, 16, "var", D=True, z=True, delta_bias=True, softplus=True, dtype=torch.bfloat16, slow=True),
+        S(2, 8, 2049, 16, "group", D=True, z=True, delta_bias=True, softplus=True, dtype=torch.float16,
+          view="transposed", slow=True),
+        S(lengths=(700, 0, 1500, 3, 2300), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+          dim=8, N=16, slow=True),
+    ]
+    return out
+
+
+SAMPLES = _samples()
+
+
+def _gradcheck_samples():
+    return [replace(s, dtype=torch.float64, batch=min(s.batch, 2), dim=min(s.dim, 4), N=min(s.N, 3),
+                    view="contiguous") for s in SAMPLES if s.gradcheck] + [
+        SSSample(2, 4, EVERY + 3, 2, "const", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dtype=torch.float64, gradcheck=True),
+        SSSample(2, 4, EVERY + 3, 2, "group", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dtype=torch.float64, gradcheck=True),
+    ]
+
+
+# ---- forward -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
+def test_selective_scan_matches_reference(s, device):
+    args = s.make(device)
+    out, last = run(args)
+    rout, rlast = run_ref(args)
+    sout, slast = scales(args)
+    assert out.dtype == s.dtype and out.shape == (s.batch, s.dim, s.L)
+    assert last.dtype == s.compute and last.shape == (s.num_states, s.dim, s.N)
+    assert_close(out, rout, scale=sout, what="out")
+    assert_close(last, rlast, scale=slast, rtol=last_state_tol(s), what="last_state")
+
+
+# ---- backward ------------------------------------------------------------------------------------
+
+
+def _grad_rtol(dtype):
+    """Norm-wise tolerance of a gradient in ``dtype`` (parameter gradients sum many terms)."""
+    return {torch.float64: 1e-10, torch.float32: 1e-4}.get(dtype, 1e-2)
+
+
+def check_grads(grads, ref_grads, names, inputs):
+    for g, r, x, name in zip(grads, ref_grads, inputs, names):
+        assert g is not None, f"no gradient for {name}"
+        assert g.dtype == x.dtype and g.shape == x.shape, f"grad {name}: {g.dtype} {tuple(g.shape)}"
+        if name in ("u", "delta", "z"):  # per element, against the largest |gradient| of the row
+            row = r.detach().abs().amax(dim=-1, keepdim=True) if r.shape[-1] else r.abs()
+            assert_close(g, r, scale=row, what=f"grad {name}")
+        else:
+            assert not g.isnan().any(), f"grad {name}: NaN"
+            if r.numel() and r.abs().max() > 0:
+                err = rel_err(g.cpu(), r.cpu())
+                assert err < _grad_rtol(g.dtype), f"grad {name}: norm-wise relative error {err:.3g}"
+            else:
+                assert_close(g, r, scale=0, what=f"grad {name}")
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
+def test_selective_scan_backward_matches_reference(s, device):
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast), allow_unused=True)
+    wide = dict(args)
+    for k, x in zip(names, inputs):
+        wide[k] = x.detach().double().requires_grad_()
+    rout, rlast = run_ref(wide)
+    ref_grads = torch.autograd.grad((rout, rlast), [wide[k] for k in names], (gout.double(), glast.double()),
+                                    allow_unused=True)
+    ref_grads = [torch.zeros_like(wide[k]) if r is None else r for k, r in zip(names, ref_grads)]
+    check_grads(grads, ref_grads, names, inputs)
+
+
+@pytest.mark.parametrize("s", sample_params(_gradcheck_samples()))
+def test_selective_scan_gradcheck(s, device):
+    args = s.make(device)
+    names, inputs = floats(args)
+
+    def fn(*xs):
+        return run({**args, **dict(zip(names, xs))})
+
+    assert torch.autograd.gradcheck(fn, [x.detach().requires_grad_() for x in inputs])
+
+
+@pytest.mark.parametrize("packed", (False, True))
+def test_gradient_through_last_state_only(packed, device):
+    s = SSSample(2, 3, EVERY + 5, 2, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dtype=torch.float64, lengths=(7, 0, 14) if packed else None)
+    args = s.make(device)
+    names, inputs = floats(args)
+    fn = lambda *xs: run({**args, **dict(zip(names, xs))})[1]
+    assert torch.autograd.gradcheck(fn, [x.detach().requires_grad_() for x in inputs])
+
+
+_EMPTY_ROWS = """
+import sys, torch, torch_parprims as pp
+device, bc = sys.argv[1], sys.argv[2]
+d, n = 2, 4
+leaf = lambda *s: torch.randn(*s, device=device).requires_grad_()
+u, delta, h0 = leaf(1, d, 0), leaf(1, d, 0), leaf(1, d, n)
+A = (-torch.rand(d, n, device=device)).requires_grad_()
+B, C = (leaf(d, n), leaf(d, n)) if bc == "const" else (leaf(1, n, 0), leaf(1, n, 0))
+out, last = pp.selective_scan(u, delta, A, B, C, initial_state=h0)
+assert out.shape == (1, d, 0) and torch.equal(last, h0)
+grads = torch.autograd.grad(last.sum(), (u, delta, A, B, C, h0))
+assert torch.equal(grads[-1], torch.ones_like(h0)) and all(not g.any() for g in grads[:-1])
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
+print("ok")
+"""
+
+
+def _run_empty_rows(device, bc):
+    # In a subprocess: a crash of the op must fail this test, not end the session.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", _EMPTY_ROWS, device, bc], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), (
+        f"exit status {res.returncode}; stderr: {res.stderr[-2000:]}")
+
+
+def test_empty_rows_backward_constant_B(device):
+    """L = 0 with constant B and C: the backward passes the last state's gradient to the initial state."""
+    _run_empty_rows(device, "const")
+
+
+def test_empty_rows_backward_variable_B(device, request):
+    """The same with variable B and C, (1, N, 0)."""
+    if device == "cpu":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "CPU backward with variable B/C and L == 0 crashes (SIGSEGV): the (blocks, batch, G, N, 0) partials "
+            "have no data (data_ptr() is null), so backward_task takes B/C for constant and writes the "
+            "constant-B/C partial sums through that null pointer")))
+    _run_empty_rows(device, "var")
+
+
+# ---- packed sequences and state passing ----------------------------------------------------------
+
+
+def _per_sequence(args, bounds):
+    """The arguments of sequence [lo, hi) of a packed call, and of each sequence alone."""
+    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        one = dict(args, cu_seqlens=None)
+        for name in ("u", "delta", "z"):
+            if args[name] is not None:
+                one[name] = args[name][..., lo:hi]
+        for name in ("B", "C"):
+            if args[name].dim() > 2:
+                one[name] = args[name][..., lo:hi]
+        if args["initial_state"] is not None:
+            one["initial_state"] = args["initial_state"][k : k + 1]
+        yield k, lo, hi, one
+
+
+@pytest.mark.parametrize("offsets", ("int64", "int32", "strided"))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.lengths is not None]))
+def test_packed_equals_per_sequence_calls(s, offsets, device):
+    """The varlen oracle: values and last states of a packed call are those of each sequence alone."""
+    args = s.make(device)
+    cu = args["cu_seqlens"]
+    if offsets == "int32":
+        args["cu_seqlens"] = cu.to(torch.int32)
+    elif offsets == "strided":  # every other element of a bigger buffer
+        big = torch.full((2 * cu.numel(),), -7, dtype=cu.dtype, device=device)
+        big[::2] = cu
+        args["cu_seqlens"] = big[::2]
+        assert args["cu_seqlens"].stride(0) == 2
+    out, last = run(args)
+    sout, slast = scales(args)
+    bounds = cu.tolist()
+    assert last.shape[0] == len(bounds) - 1
+    pieces = []
+    for k, lo, hi, one in _per_sequence(args, bounds):
+        o, l_ = run(one)
+        pieces.append(o)
+        assert_close(last[k], l_[0], scale=slast[k], rtol=last_state_tol(s), what=f"last_state of sequence {k}")
+    assert_close(out, torch.cat(pieces, dim=-1), scale=sout, what="out")
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.lengths is not None and not s.slow]))
+def test_packed_gradients_equal_per_sequence_gradients(s, device):
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast), allow_unused=True)
+    # The same loss as a sum over the sequences called one by one (on the same leaves).
+    total = 0
+    bounds = args["cu_seqlens"].tolist()
+    for k, lo, hi, one in _per_sequence(args, bounds):
+        if hi == lo and args["B"].dim() > 2:  # see test_empty_rows_backward_variable_B
+            total = total + ((0 if one["initial_state"] is None else one["initial_state"][0]) * glast[k]).sum()
+            continue
+        o, l_ = run(one)
+        total = total + (o * gout[..., lo:hi]).sum() + (l_[0] * glast[k]).sum()
+    alone = torch.autograd.grad(total, inputs, allow_unused=True)
+    alone = [torch.zeros_like(x) if a is None else a for x, a in zip(inputs, alone)]
+    check_grads(grads, [a.double() for a in alone], names, inputs)
+
+
+@pytest.mark.parametrize("k", (1, EVERY - 1, EVERY, 23, 2 * EVERY + 1))
+@pytest.mark.parametrize("bc", ("const", "var", "group"))
+def test_state_passing(bc, k, device):
+    """Scanning [0, L) equals scanning [0, k) then [k, L) from the first call's last state;
+    gradients too (through last_state into the first call)."""
+    s = SSSample(2, 4, 3 * EVERY + 2, 5, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    first = dict(args)
+    second = dict(args)
+    for name in ("u", "delta", "z") + (("B", "C") if bc != "const" else ()):
+        first[name], second[name] = args[name][..., :k], args[name][..., k:]
+    out1, last1 = run(first)
+    out2, last2 = run(dict(second, initial_state=last1))
+    sout, slast = scales(args)
+    assert_close(torch.cat([out1, out2], dim=-1), out.detach().double(), scale=sout, what="out")
+    assert_close(last2, last.detach().double(), scale=slast, what="last_state")
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast))
+    split = torch.autograd.grad((out1, out2, last2), inputs, (gout[..., :k], gout[..., k:], glast))
+    check_grads(split, [g.double() for g in grads], names, inputs)
+
+
+# ---- opcheck, torch.compile, determinism ---------------------------------------------------------
+
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def _op_args(args):
+    return tuple(args[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus",
+                                   "initial_state", "cu_seqlens"))
+
+
+@pytest.mark.parametrize("save", (True, False))
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow], "opcheck"))
+def test_selective_scan_opcheck(s, save, device):
+    args = s.make(device)
+    if save:  # the forward autograd runs: the backward is checked too
+        for x in floats(args)[1]:
+            x.requires_grad_()
+    torch.library.opcheck(_ops._selective_scan_forward.default, _op_args(args) + (save,), test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow], "opcheck"))
+def test_selective_scan_backward_opcheck(s, device, request):
+    args = s.make(device)
+    if sum(args[k] is None for k in ("D", "z", "delta_bias", "initial_state")) >= 2:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "the backward returns one empty tensor for every absent gradient among D, z, delta_bias and "
+            "initial_state, so two of its outputs alias: test_schema fails with 'Outputs i and j alias "
+            "unexpectedly'")))
+    if s.L == 0 and s.init:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "with L == 0 the backward returns grad_last_state itself (already contiguous in the compute dtype) "
+            "as the initial state's gradient: test_schema fails with 'Argument grad_last_state is not defined "
+            "to alias output but was aliasing'")))
+    out, last, checkpoints = _ops._selective_scan_forward(*_op_args(args), True)
+    every = EVERY
+    assert checkpoints.shape == (s.batch, s.dim, (s.L + every - 1) // every, s.N)
+    gout, glast = grad_weights(out), grad_weights(last)
+    torch.library.opcheck(_ops._selective_scan_backward.default,
+                          (gout, glast) + _op_args(args) + (checkpoints,),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow], "compile"))
+def test_selective_scan_compile(s, device):
+    torch._dynamo.reset()
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    rest = {k: v for k, v in args.items() if k not in names}
+
+    def fn(*xs):
+        return pp.selective_scan(**rest, **dict(zip(names, xs)))
+
+    out, last = torch.compile(fn, fullgraph=True)(*inputs)
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast))
+    eout, elast = fn(*inputs)
+    eager = torch.autograd.grad((eout, elast), inputs, (gout, glast))
+    assert_close(out, eout, scale=eout.abs() + 1)
+    assert_close(last, elast, scale=elast.abs() + 1)
+    for g, e, name in zip(grads, eager, names):
+        assert_close(g, e, scale=magnitude(e) + 1, what=f"grad {name}")
+
+
+@pytest.mark.parametrize("bc", ("const", "var", "group"))
+def test_backward_is_deterministic(bc, device):
+    s = SSSample(3, 96, 300, 16, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    gout = glast = None
+    runs = []
+    for _ in range(2):
+        out, last = run(args)
+        if gout is None:
+            gout, glast = grad_weights(out), grad_weights(last)
+        runs.append(torch.autograd.grad((out, last), inputs, (gout, glast)))
+    for a, b, name in zip(*runs, names):
+        assert torch.equal(a, b), f"grad {name} differs between two runs"
+
+
+# ---- selective_scan_fn ---------------------------------------------------------------------------
+
+
+def test_selective_scan_fn_signature():
+    params = list(inspect.signature(pp.selective_scan_fn).parameters.values())
+    positional = [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "delta_softplus", "return_last_state"]
+    defaults = {p.name: p.default for p in params[5:10]}
+    assert defaults == {"D": None, "z": None, "delta_bias": None, "delta_softplus": False, "return_last_state": False}
+
+
+def test_selective_scan_fn_returns(device):
+    s = SSSample(2, 4, 40, 3, "var", D=True, z=True, delta_bias=True, softplus=True)
+    args = s.make(device)
+    pos = [args[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
+    out, last = run(args)
+    alone = pp.selective_scan_fn(*pos, True)
+    assert isinstance(alone, torch.Tensor)
+    assert torch.equal(alone, out)
+    both = pp.selective_scan_fn(*pos, True, True)
+    assert isinstance(both, tuple) and len(both) == 2
+    assert torch.equal(both[0], out) and torch.equal(both[1], last)
+    # The keyword-only additions.
+    h0 = torch.randn(2, 4, 3, device=device)
+    o1, l1 = pp.selective_scan_fn(*pos, True, return_last_state=True, initial_state=h0)
+    o2, l2 = run(dict(args, initial_state=h0))
+    assert torch.equal(o1, o2) and torch.equal(l1, l2)
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+
+def t(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+_b, _d, _L, _n = 2, 4, 10, 3
+_PACKED = lambda: dict(u=t(1, _d, _L), delta=t(1, _d, _L), B=t(1, _n, _L), C=t(1, _n, _L), z=None)
+_NAMED_OFFSETS = ("the message names the argument 'offsets' (the shared offsets check), not 'cu_seqlens'; "
+                  "the other messages name selective_scan's own arguments")
+
+# (id, changes to the arguments of a good call, message pattern[, xfail reason])
+BAD_CASES = [
+    ("u_rank", lambda: dict(u=t(_b, _d)), r"^u: expected shape \(batch, dim, L\)"),
+    ("u_int", lambda: dict(u=torch.ones(_b, _d, _L, dtype=torch.int32)), r"^u: expected torch.float32"),
+    ("delta_shape", lambda: dict(delta=t(_b, _d, _L + 1)), r"^delta: expected u's shape"),
+    ("delta_dtype", lambda: dict(delta=t(_b, _d, _L, dtype=torch.bfloat16)), r"^delta: expected u's dtype"),
+    ("z_shape", lambda: dict(z=t(_b, _d + 1, _L)), r"^z: expected u's shape"),
+    ("z_dtype", lambda: dict(z=t(_b, _d, _L, dtype=torch.float64)), r"^z: expected u's dtype"),
+    ("A_shape", lambda: dict(A=t(_d + 1, _n)), r"^A: expected shape \(dim, N\)"),
+    ("A_rank", lambda: dict(A=t(_d)), r"^A: expected shape \(dim, N\)"),
+    ("A_float16", lambda: dict(A=t(_d, _n, dtype=torch.float16)), r"^A: expected torch.float32"),
+    ("B_length", lambda: dict(B=t(_b, _n, _L + 1)), r"^B: expected shape \(batch, N, L\)"),
+    ("B_state", lambda: dict(B=t(_b, _n + 1, _L)), r"^B: expected shape \(batch, N, L\)"),
+    ("B_const_shape", lambda: dict(B=t(_d, _n + 1)), r"^B: expected shape \[4, 3\] \(dim, N\)"),
+    ("B_rank", lambda: dict(B=t(1, _b, 1, _n, _L)), r"^B: expected \(dim, N\), \(batch, N, L\) or \(batch, G, N, L\)"),
+    ("B_dtype", lambda: dict(B=t(_b, _n, _L, dtype=torch.float16)), r"^B: a variable B has u's dtype"),
+    ("C_shape", lambda: dict(C=t(_b + 1, _n, _L)), r"^C: expected shape \(batch, N, L\)"),
+    ("groups", lambda: dict(B=t(_b, 3, _n, _L), C=t(_b, 3, _n, _L)), r"^B: expected a number of groups G that divides dim"),
+    ("groups_differ", lambda: dict(B=t(_b, 2, _n, _L), C=t(_b, 4, _n, _L)), r"^B, C: expected the same number of groups"),
+    ("D_shape", lambda: dict(D=t(_d + 1)), r"^D: expected shape"),
+    ("D_int", lambda: dict(D=torch.ones(_d, dtype=torch.int64)), r"^D: expected a floating tensor"),
+    ("delta_bias_shape", lambda: dict(delta_bias=t(1, _d)), r"^delta_bias: expected shape"),
+    ("initial_state_shape", lambda: dict(initial_state=t(_b, _d, _n + 1)),
+     r"^initial_state: expected shape .*\(batch, dim, N\)"),
+    ("initial_state_packed", lambda: dict(_PACKED(), initial_state=t(1, _d, _n), cu_seqlens=torch.tensor([0, 4, 10])),
+     r"^initial_state: expected shape .*\(number of sequences, dim, N\)"),
+    ("cu_seqlens_batch", lambda: dict(cu_seqlens=torch.tensor([0, 4, 10])),
+     r"^cu_seqlens: packed sequences lie along L of a batch of 1, got batch = 2"),
+    ("cu_seqlens_dtype", lambda: dict(_PACKED(), cu_seqlens=torch.tensor([0.0, 4.0, 10.0])),
+     r"^cu_seqlens: expected an int32 or int64", _NAMED_OFFSETS),
+    ("cu_seqlens_end", lambda: dict(_PACKED(), cu_seqlens=torch.tensor([0, 4, 9])), r"^cu_seqlens: expected .*10",
+     _NAMED_OFFSETS),
+]
+
+
+def _bad_params():
+    out = []
+    for case in BAD_CASES:
+        marks = pytest.mark.xfail(strict=True, reason=case[3]) if len(case) > 3 else ()
+        out.append(pytest.param(case[1], case[2], id=case[0], marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("changes,pattern", _bad_params())
+def test_bad_input(changes, pattern, device):
+    """Each bad argument raises a RuntimeError whose message starts with the argument's name."""
+    args = dict(u=t(_b, _d, _L), delta=torch.rand(_b, _d, _L), A=-torch.rand(_d, _n), B=t(_b, _n, _L),
+                C=t(_b, _n, _L), D=t(_d), z=t(_b, _d, _L), delta_bias=t(_d), delta_softplus=True,
+                initial_state=None, cu_seqlens=None)
+    args.update(changes())
+    args = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    with pytest.raises(RuntimeError, match=pattern):
+        run(args)
+
+
+@pytest.mark.parametrize("offsets", (torch.tensor([0.0, 4.0, 10.0]), torch.tensor([0, 4, 9]), torch.tensor([1, 4, 10])))
+def test_bad_cu_seqlens_raises(offsets, device):
+    """Whatever the argument is called in the message, bad offsets raise a RuntimeError."""
+    d, L, n = 4, 10, 3
+    with pytest.raises(RuntimeError, match=r"^(cu_seqlens|offsets): expected"):
+        pp.selective_scan(torch.randn(1, d, L, device=device), torch.rand(1, d, L, device=device),
+                          -torch.rand(d, n, device=device), torch.randn(1, n, L, device=device),
+                          torch.randn(1, n, L, device=device), cu_seqlens=offsets.to(device))
+
+
+def test_device_mismatch(device):
+    if not device.startswith("cuda"):
+        pytest.skip("a device mismatch needs a CUDA device")
+    d, L, n = 4, 10, 3
+    u = torch.randn(1, d, L, device=device)
+    with pytest.raises(RuntimeError, match=r"^A: expected a tensor on"):
+        pp.selective_scan(u, torch.rand_like(u), -torch.rand(d, n), torch.randn(1, n, L, device=device),
+                          torch.randn(1, n, L, device=device))
