@@ -179,7 +179,9 @@ def _backward_fake(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bia
                    cu_seqlens, checkpoints):
     dim, n = A.shape
     cdt = _compute_dtype(u.dtype)
-    none = u.new_empty((0,), dtype=cdt)
+
+    def none():  # each absent gradient is its own empty tensor (outputs never alias)
+        return u.new_empty((0,), dtype=cdt)
 
     def state_input_grad(P):
         if P.dim() == 2:
@@ -193,10 +195,10 @@ def _backward_fake(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bia
         u.new_empty((dim, n), dtype=cdt),
         state_input_grad(B),
         state_input_grad(C),
-        u.new_empty((dim,), dtype=cdt) if D is not None else none,
-        u.new_empty(u.shape) if z is not None else none,
-        u.new_empty((dim,), dtype=cdt) if delta_bias is not None else none,
-        u.new_empty((_num_states(u, cu_seqlens), dim, n), dtype=cdt) if initial_state is not None else none,
+        u.new_empty((dim,), dtype=cdt) if D is not None else none(),
+        u.new_empty(u.shape) if z is not None else none(),
+        u.new_empty((dim,), dtype=cdt) if delta_bias is not None else none(),
+        u.new_empty((_num_states(u, cu_seqlens), dim, n), dtype=cdt) if initial_state is not None else none(),
     )
 
 
