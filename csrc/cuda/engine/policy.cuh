@@ -51,9 +51,18 @@ namespace parprims::cuda {
 // their states in registers.
 struct SelectiveScanPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kStatesPerThread = 4;
+  static constexpr int kStatesPerThread = 4;  // the backward's
+  // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of
+  // four, which the latency-bound step loop needs more than the fewer instructions of four.
+  static constexpr int kForwardStatesPerThread = 2;
   static constexpr int kMaxThreadsPerChannel = 32;
   static constexpr int kForwardChunk = 32;
+  // Rounds of a chunk's global loads that a thread holds in registers while the block works on
+  // the previous chunk (the rest, only for N <= 8 or N > 32, load when the chunk is staged).
+  static constexpr int kPrefetchRounds = 4;
+  // The forward asks the compiler for at most 65536 / (3 * kThreads) registers, so that three
+  // blocks share an SM (Mamba's shapes have about three blocks per SM of an H100/H200).
+  static constexpr int kForwardMinBlocksPerSM = 6;
 };
 
 }  // namespace parprims::cuda

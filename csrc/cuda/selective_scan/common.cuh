@@ -11,15 +11,15 @@
 namespace parprims::cuda {
 
 using Policy = SelectiveScanPolicy;
-constexpr int kStates = Policy::kStatesPerThread;
+constexpr int kStates = Policy::kStatesPerThread;  // the backward's; the forward's is a template parameter
 
 // The launch shape, decided on the host from N and dim (selective_scan_kernel.cu).
 struct SelectiveScanShape {
   int threads_per_channel = 1;  // a power of two <= 32
   int log2_threads_per_channel = 0;
   int channels_per_block = Policy::kThreads;
-  int states_per_tile = kStates;  // threads_per_channel * kStates
-  int state_tiles = 1;            // > 1 only when N > 32 * kStates
+  int states_per_tile = kStates;  // threads_per_channel * states per thread
+  int state_tiles = 1;            // > 1 only when N > 32 * states per thread
   int64_t blocks_per_group = 1;   // blocks over one group's channels
   int64_t blocks = 1;             // batch * groups * blocks_per_group
   // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
@@ -29,24 +29,99 @@ struct SelectiveScanShape {
 };
 
 // The gate exp(delta * A): float uses the special-function unit's exp2 on A pre-scaled by
-// log2(e) (one instruction per state update, as mamba-ssm does); double uses exp.
+// log2(e): one MUFU.EX2 per state update (exp2f adds a denormal fix-up around it; the
+// recurrence multiplies by the gate, so a gate below 2^-126 flushed to zero changes nothing
+// visible). Double uses exp.
 template <class Acc>
 struct Gate {
   static constexpr Acc kScale = sizeof(Acc) == 4 ? Acc(1.4426950408889634) : Acc(1);
   static __device__ __forceinline__ Acc exp_scaled(Acc x) {
     if constexpr (sizeof(Acc) == 4) {
-      return exp2f(x);
+      float y;
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+      return y;
     } else {
       return ::exp(x);
     }
   }
 };
 
+// The per-element functions of the kernels' staging passes, with the special-function unit's
+// exp in float (relative error about 2^-21, as mamba-ssm builds with fast math); exact in
+// double.
+template <class Acc>
+__device__ __forceinline__ Acc fast_exp(Acc x) {
+  if constexpr (sizeof(Acc) == 4) {
+    return __expf(x);
+  } else {
+    return ::exp(x);
+  }
+}
+
+template <class Acc>
+__device__ __forceinline__ Acc fast_sigmoid(Acc x) {
+  if constexpr (sizeof(Acc) == 4) {
+    return __frcp_rn(1.0f + __expf(-x));
+  } else {
+    return sigmoid(x);
+  }
+}
+
+template <class Acc>
+__device__ __forceinline__ Acc fast_silu(Acc x) {
+  return x * fast_sigmoid(x);
+}
+
+// delta after its bias and (optionally) softplus, PyTorch's threshold 20 included.
+template <class Acc>
+__device__ __forceinline__ Acc fast_processed_delta(Acc raw, Acc bias, bool use_softplus) {
+  const Acc x = raw + bias;
+  if (!use_softplus || x > Acc(20)) return x;
+  if constexpr (sizeof(Acc) == 4) {
+    return log1pf(__expf(x));
+  } else {
+    return ::log1p(::exp(x));
+  }
+}
+
+// Loads (stores) S = 2 or 4 consecutive values at `at`, aligned to S values, in vector
+// accesses of at most 16 bytes.
+template <class Acc, int S>
+__device__ __forceinline__ void load_states(const Acc* at, Acc (&dst)[S]) {
+  static_assert(S == 2 || S == 4, "two or four states per thread");
+  if constexpr (sizeof(Acc) == 4 && S == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(at);
+    dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+  } else if constexpr (sizeof(Acc) == 4) {
+    const float2 v = *reinterpret_cast<const float2*>(at);
+    dst[0] = v.x, dst[1] = v.y;
+  } else {
+#pragma unroll
+    for (int k = 0; k < S / 2; ++k) {
+      const double2 v = reinterpret_cast<const double2*>(at)[k];
+      dst[2 * k] = v.x, dst[2 * k + 1] = v.y;
+    }
+  }
+}
+
+template <class Acc, int S>
+__device__ __forceinline__ void store_states(Acc* at, const Acc (&src)[S]) {
+  static_assert(S == 2 || S == 4, "two or four states per thread");
+  if constexpr (sizeof(Acc) == 4 && S == 4) {
+    *reinterpret_cast<float4*>(at) = make_float4(src[0], src[1], src[2], src[3]);
+  } else if constexpr (sizeof(Acc) == 4) {
+    *reinterpret_cast<float2*>(at) = make_float2(src[0], src[1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < S / 2; ++k) reinterpret_cast<double2*>(at)[k] = make_double2(src[2 * k], src[2 * k + 1]);
+  }
+}
+
 // Where a thread sits: batch row, group, block of channels, its channel and its states.
 struct ThreadPlace {
   int64_t b, group, block_in_group, d;
   int channel;    // within the block
-  int quad;       // which kStates states of the tile (lane within the channel)
+  int quad;       // which states of the tile (lane within the channel)
   bool active;    // the channel exists (the last block of a group may be partial)
 
   __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t block) {

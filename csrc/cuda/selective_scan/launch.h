@@ -9,8 +9,10 @@
 
 namespace parprims::cuda {
 
-// The launch shape for a problem (threads per channel from N; blocks over channels).
-SelectiveScanShape selective_scan_shape(const SelectiveScanParams& p);
+// The launch shape for a problem (threads per channel from N and the states each thread
+// holds: Policy::kForwardStatesPerThread for the forward, kStatesPerThread for the backward;
+// blocks over channels).
+SelectiveScanShape selective_scan_shape(const SelectiveScanParams& p, int states_per_thread);
 
 // `input_dtype` is u's dtype; the scratch accumulators of `shape` must be set when
 // shape.state_tiles > 1.
