@@ -51,7 +51,7 @@ namespace parprims::cuda {
 // their states in registers.
 struct SelectiveScanPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kStatesPerThread = 4;  // the backward's
+  static constexpr int kStatesPerThread = 2;  // the backward's
   // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of
   // four, which the latency-bound step loop needs more than the fewer instructions of four.
   static constexpr int kForwardStatesPerThread = 2;
@@ -63,6 +63,7 @@ struct SelectiveScanPolicy {
   // The forward asks the compiler for at most 65536 / (3 * kThreads) registers, so that three
   // blocks share an SM (Mamba's shapes have about three blocks per SM of an H100/H200).
   static constexpr int kForwardMinBlocksPerSM = 6;
+  static constexpr int kBackwardMinBlocksPerSM = 4;
 };
 
 }  // namespace parprims::cuda

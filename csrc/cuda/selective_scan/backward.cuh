@@ -36,7 +36,8 @@ struct BackwardChunk {
 // Sums the 2 * kStates values of v (dB then dC of the lane's states) over the channels of a
 // warp (the lanes that differ in the bits above the channel's lanes), in a fixed order. Each
 // round halves the values a lane holds: the lane keeps one half and receives the partner's
-// other half, so the warp spends 4 + 2 + 1 shuffles instead of 8 per round. On return v[0, count)
+// other half, so the warp spends kStates + kStates / 2 + ... + 1 shuffles instead of
+// 2 * kStates per round. On return v[0, count)
 // hold the sums of original entries [base, base + count); `writer` tells the one lane that
 // stores each sum when several lanes hold it.
 template <class Acc>
@@ -58,28 +59,26 @@ struct ChannelReduction {
     count = kHalf;
   }
 
-  __device__ __forceinline__ void run(int threads_per_channel) {
-    int mask = 16;
-    if (mask >= threads_per_channel) {
-      halve<4>(mask);
-      mask >>= 1;
-      if (mask >= threads_per_channel) {
-        halve<2>(mask);
-        mask >>= 1;
-        if (mask >= threads_per_channel) {
-          halve<1>(mask);
-          for (mask >>= 1; mask >= threads_per_channel; mask >>= 1) {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], mask);
-            if (threadIdx.x & mask) writer = false;
-          }
-        }
+  // Rounds over lane masks from `mask` down to threads_per_channel, kHalf values kept each.
+  template <int kHalf>
+  __device__ __forceinline__ void halve_from(int mask, int threads_per_channel) {
+    if (mask < threads_per_channel) return;
+    halve<kHalf>(mask);
+    if constexpr (kHalf > 1) {
+      halve_from<kHalf / 2>(mask >> 1, threads_per_channel);
+    } else {
+      for (mask >>= 1; mask >= threads_per_channel; mask >>= 1) {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], mask);
+        if (threadIdx.x & mask) writer = false;
       }
     }
   }
+
+  __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
 };
 
 template <class In, class Acc>
-__global__ void __launch_bounds__(Policy::kThreads)
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPerSM)
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
   using Chunk = BackwardChunk<In, Acc>;
@@ -143,10 +142,10 @@ __global__ void __launch_bounds__(Policy::kThreads)
           if (it.step < steps && me.has_channel(p, s, it.channel)) {
             const int64_t d = d0 + it.channel, t = t0 + it.step;
             const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
-            dl = processed_delta(load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)), bias, p.delta_softplus);
+            dl = fast_processed_delta(load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)), bias, p.delta_softplus);
             u = load_as<In, Acc>(p.u.data, p.u.offset(me.b, d, t));
             dy = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
-            if (p.z.data) dy *= silu(load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t)));
+            if (p.z.data) dy *= fast_silu(load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t)));
           }
           s_delta[it.channel * kPitch + it.step] = dl;
           s_u[it.channel * kPitch + it.step] = u;
@@ -308,7 +307,7 @@ __global__ void __launch_bounds__(Policy::kThreads)
           }
           const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
           const Acc x = load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)) + bias;
-          const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : sigmoid(x)) : ddelta;
+          const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : fast_sigmoid(x)) : ddelta;
           static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
           static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
           // Reuse the staging rows for the per-channel sums below.
