@@ -199,14 +199,17 @@ at::Tensor pad(const at::Tensor& x, const at::Tensor& indices, int64_t batch, in
 namespace {
 
 void check_index_dtype(at::ScalarType t, const char* name) {
-  TORCH_CHECK(t == at::kInt || t == at::kLong, name, ": expected torch.int32 or torch.int64, got ",
-              dtype_name(t));
+  TORCH_CHECK(t == at::kInt || t == at::kLong, name, ": expected an int32 or int64 tensor, got ", dtype_name(t));
 }
 
 void check_offsets_shape(const at::Tensor& offsets) {
   check_index_dtype(offsets.scalar_type(), "offsets");
   TORCH_CHECK(offsets.dim() == 1 && offsets.numel() >= 1,
               "offsets: expected a 1-D tensor of length num_sequences + 1, got shape ", offsets.sizes());
+}
+
+void check_output_dtype(at::ScalarType t) {
+  TORCH_CHECK(t == at::kInt || t == at::kLong, "dtype: expected torch.int32 or torch.int64, got ", dtype_name(t));
 }
 
 }  // namespace
@@ -216,7 +219,7 @@ at::Tensor offsets_from_lengths(const at::Tensor& lengths, std::optional<at::Sca
   TORCH_CHECK(lengths.dim() == 1, "lengths: expected a 1-D tensor of sequence lengths, got shape ",
               lengths.sizes());
   const at::ScalarType out_dtype = dtype.value_or(lengths.scalar_type());
-  check_index_dtype(out_dtype, "dtype");
+  check_output_dtype(out_dtype);
   if (lengths.is_cpu() || checks_enabled()) {
     TORCH_CHECK(!(lengths < 0).any().item<bool>(), "lengths: expected non-negative lengths");
   }
@@ -240,7 +243,7 @@ at::Tensor offsets_from_flags(const at::Tensor& flags, std::optional<int64_t> ca
               dtype_name(flags.scalar_type()));
   TORCH_CHECK(flags.dim() == 1, "flags: expected a 1-D tensor, got shape ", flags.sizes());
   const at::ScalarType out_dtype = dtype.value_or(at::kLong);
-  check_index_dtype(out_dtype, "dtype");
+  check_output_dtype(out_dtype);
   if (capacity.has_value()) check_capacity(*capacity);
   const int64_t total = flags.size(0);
   // Position 0 always starts a sequence, whether or not its flag is set.

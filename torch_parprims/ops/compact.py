@@ -314,8 +314,9 @@ def _lengths_from_offsets_fake(offsets):
 
 @torch.library.register_fake("parprims::offsets_from_flags")
 def _offsets_from_flags_fake(flags, capacity=None, dtype=None):
-    slots = torch.library.get_ctx().new_dynamic_size() if capacity is None else capacity
-    return flags.new_empty((slots + 1,), dtype=dtype or torch.int64)
+    # The exact form's length (sequences + 1) is itself the unbacked size, at least 1.
+    length = torch.library.get_ctx().new_dynamic_size(min=1) if capacity is None else capacity + 1
+    return flags.new_empty((length,), dtype=dtype or torch.int64)
 
 
 @torch.library.register_fake("parprims::flags_from_offsets")
