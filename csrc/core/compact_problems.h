@@ -65,6 +65,44 @@ struct CompactProblem : ProblemBase<Add<int64_t>> {
     if (indices != nullptr) indices[slot] = pos;
   }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, int64_t total) const { *count = total; }
+
+  // Wide accesses (device code; the host always takes the element path): a run's mask bytes
+  // in one load, and its source elements in wide loads before the scatter.
+  template <int N>
+  PP_HD bool load_run(Cursor, int64_t pos, int64_t (&flags)[N]) const {
+    bool keep[N];
+    if (!load_wide<N>(mask + pos, keep)) return false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) flags[i] = keep[i] ? 1 : 0;
+    return true;
+  }
+  template <int N>
+  PP_HD bool store_run(Cursor, int64_t pos, const int64_t (&slots)[N]) const {
+    bool keep[N];
+    if (!load_wide<N>(mask + pos, keep)) return false;
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) any = any || keep[i];
+    if (!any) return true;  // nothing kept: the source is not read
+    if (values != nullptr) {
+      Word words[N];
+      if (!load_wide<N>(source + pos, words)) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) words[i] = source[pos + i];
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if (keep[i] && slots[i] < capacity) values[slots[i]] = words[i];
+      }
+    }
+    if (indices != nullptr) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if (keep[i] && slots[i] < capacity) indices[slots[i]] = pos + i;
+      }
+    }
+    return true;
+  }
 };
 
 }  // namespace parprims
