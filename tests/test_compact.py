@@ -479,3 +479,27 @@ def test_invalid_offsets_stay_in_bounds_on_cuda(device):
     pp.segmented_compact(x, mask, bad, 10)
     pp.pad(x, torch.tensor([-3, 50, 1, 2, 3, 4, 5, 6, 7, 8], device=device), 2, 3)
     torch.cuda.synchronize()
+
+
+def test_runs_under_deterministic_algorithms(device):
+    """Every op of the family, forward and backward, under torch.use_deterministic_algorithms:
+    none raises for a nondeterministic step, and repeated runs agree bitwise."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        x = torch.randn(3000, 4, device=device, requires_grad=True)
+        mask = torch.rand(3000, device=device) > 0.5
+        offsets = make_offsets([1000, 0, 2000], device=device)
+
+        def run():
+            values, count = pp.compact(x, mask, capacity=2000)
+            (g,) = torch.autograd.grad((values * values).sum(), x)
+            packed, indices, _, _ = pp.unpad(x.view(3, 1000, 4), mask.view(3, 1000))
+            return (values, count, g, pp.pad(packed, indices, 3, 1000), pp.segmented_compact(x, mask, offsets)[1],
+                    pp.flags_from_offsets(offsets, 3000), pp.segment_ids_from_offsets(offsets, 3000))
+
+        first = run()
+        for a, b in zip(run(), first):
+            assert torch.equal(a, b)
+    finally:
+        torch.use_deterministic_algorithms(was)
