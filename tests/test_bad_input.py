@@ -455,6 +455,8 @@ COMPACT_CASES = {
                         r"^mask: expected x's shape \[3, 4\] \(elementwise\) or \[4\] \(x's size along dim 1\)"),
     "bad_dim": (lambda dev: pp.compact(torch.randn(3, 4, device=dev), torch.ones(4, dtype=torch.bool, device=dev), 2),
                 r"^dim: expected a dimension in \[-2, 1\]"),
+    "bad_dim_elementwise": (lambda dev: pp.compact(torch.randn(4, device=dev), torch.ones(4, dtype=torch.bool, device=dev),
+                                                   3, capacity=2), r"^dim: expected a dimension in \[-1, 0\]"),
     "negative_capacity": (lambda dev: pp.compact(torch.randn(3, device=dev), torch.ones(3, dtype=torch.bool, device=dev),
                                                  capacity=-1),
                           r"^capacity: expected a non-negative number of slots, got -1$"),

@@ -22,6 +22,7 @@ void check_capacity(int64_t capacity) {
 // Whether `mask` selects elements of `x` (the same shape) rather than slices along `dim`
 // (a 1-D mask of x's size along `dim`). A 1-D x is both: its elements are its slices.
 bool selects_elements(const at::Tensor& x, const at::Tensor& mask, int64_t dim) {
+  wrap_dim(x, dim);  // checked for both masks, so that the backward (which takes dim) agrees
   if (mask.sizes() == x.sizes()) return true;
   TORCH_CHECK(x.dim() >= 1 && mask.dim() == 1 && mask.size(0) == x.size(wrap_dim(x, dim)),
               "mask: expected x's shape ", x.sizes(), " (elementwise) or [",
