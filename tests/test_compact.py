@@ -348,6 +348,24 @@ def test_segmented_compact_gradcheck_and_strided_offsets(device):
     torch.autograd.gradcheck(lambda t: pp.segmented_compact(t, mask, offsets, 3)[0], (x,))
 
 
+def test_segmented_compact_compile(device):
+    torch._dynamo.reset()
+    x = torch.randn(12, 3, device=device, requires_grad=True)
+    mask = torch.rand(12, device=device) > 0.4
+    offsets = torch.tensor([0, 5, 5, 12], device=device, dtype=torch.int32)
+
+    def f(t, m, o):
+        values, new_offsets = pp.segmented_compact(t, m, o, capacity=10)
+        return values.exp(), new_offsets
+
+    got, want = torch.compile(f, fullgraph=True)(x, mask, offsets), f(x, mask, offsets)
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.equal(got[1], want[1])
+    (g,) = torch.autograd.grad(got[0].sum(), x)
+    (want_g,) = torch.autograd.grad(want[0].sum(), x)
+    torch.testing.assert_close(g, want_g)
+
+
 # ---- unpad / pad ---------------------------------------------------------------------------
 
 
