@@ -194,15 +194,17 @@ def offsets_from_lengths(lengths: torch.Tensor, dtype: Optional[torch.dtype] = N
     return _ops.offsets_from_lengths(_args.expect_tensor("lengths", lengths), dtype)
 
 
-def lengths_from_offsets(offsets: torch.Tensor) -> torch.Tensor:
-    """Offsets ``(S+1,)`` to sequence lengths ``(S,)`` of the same dtype.
+@_args.takes_offsets(None)
+def lengths_from_offsets(offsets: torch.Tensor, *, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Offsets ``(S+1,)`` to sequence lengths ``(S,)`` of the same dtype (``cu_seqlens`` is a
+    keyword alias of ``offsets``).
 
     Example::
 
         >>> lengths_from_offsets(torch.tensor([0, 2, 2, 5])).tolist()
         [2, 0, 3]
     """
-    return _ops.lengths_from_offsets(_args.expect_tensor("offsets", offsets))
+    return _ops.lengths_from_offsets(offsets)
 
 
 def offsets_from_flags(
@@ -226,29 +228,35 @@ def offsets_from_flags(
     return _ops.offsets_from_flags(_args.expect_tensor("flags", flags), capacity, dtype)
 
 
-def flags_from_offsets(offsets: torch.Tensor, total: int) -> torch.Tensor:
+@_args.takes_offsets(None)
+def flags_from_offsets(offsets: torch.Tensor, total: int, *, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Offsets to sequence-start flags ``(total,)``, torch.bool: true where a non-empty sequence
-    starts (empty sequences leave no trace). No synchronization.
+    starts (empty sequences leave no trace). No synchronization. ``cu_seqlens`` is a keyword
+    alias of ``offsets``.
 
     Example::
 
         >>> flags_from_offsets(torch.tensor([0, 2, 2, 5]), 5).tolist()
         [True, False, True, False, False]
     """
-    return _ops.flags_from_offsets(_args.expect_tensor("offsets", offsets), total)
+    return _ops.flags_from_offsets(offsets, total)
 
 
-def segment_ids_from_offsets(offsets: torch.Tensor, total: int) -> torch.Tensor:
+@_args.takes_offsets(None)
+def segment_ids_from_offsets(
+    offsets: torch.Tensor, total: int, *, cu_seqlens: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Offsets to the sequence index of every position ``(total,)``, int32: the ``seq_idx`` of
     Mamba-2 and causal-conv1d kernels (theirs is ``(1, total)``: ``.unsqueeze(0)``). Positions
-    of sequence k get k (empty sequences are skipped). No synchronization.
+    of sequence k get k (empty sequences are skipped). No synchronization. ``cu_seqlens`` is a
+    keyword alias of ``offsets``.
 
     Example::
 
         >>> segment_ids_from_offsets(torch.tensor([0, 2, 2, 5]), 5).tolist()
         [0, 0, 2, 2, 2]
     """
-    return _ops.segment_ids_from_offsets(_args.expect_tensor("offsets", offsets), total)
+    return _ops.segment_ids_from_offsets(offsets, total)
 
 
 # ---- fake kernels -------------------------------------------------------------------------
