@@ -50,7 +50,24 @@ TORCH_LIBRARY(parprims, m) {
   m.def("selective_state_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, "
         "Tensor? D=None, Tensor? z=None, Tensor? dt_bias=None, bool dt_softplus=False) -> Tensor");
 
+  // ---- compaction (predicate -> exclusive scan -> scatter, on the scan engines) ----
+  // Exact size: reads the count back (like x[mask]); indices is empty unless return_indices.
+  m.def("compact(Tensor x, Tensor mask, int dim=0, bool return_indices=False) -> (Tensor, Tensor)");
+  // Fixed capacity, no host synchronization: (values, count, indices), count a 0-d int64 tensor.
+  m.def("compact_capacity(Tensor x, Tensor mask, int capacity, int dim=0, Scalar fill_value=0, "
+        "bool return_indices=False) -> (Tensor, Tensor, Tensor)");
+  // The gradient of both with respect to x: grad_values back at the kept positions.
+  m.def("_compact_backward(Tensor grad_values, Tensor mask, int dim) -> Tensor");
+  m.def("segmented_compact(Tensor x, Tensor mask, Tensor offsets, int? capacity=None, Scalar fill_value=0) "
+        "-> (Tensor, Tensor)");
+  m.def("pad(Tensor x, Tensor indices, int batch, int seqlen) -> Tensor");
+
   // ---- packed-sequence utilities ----
+  m.def("offsets_from_lengths(Tensor lengths, ScalarType? dtype=None) -> Tensor");
+  m.def("lengths_from_offsets(Tensor offsets) -> Tensor");
+  m.def("offsets_from_flags(Tensor flags, int? capacity=None, ScalarType? dtype=None) -> Tensor");
+  m.def("flags_from_offsets(Tensor offsets, int total) -> Tensor");
+  m.def("segment_ids_from_offsets(Tensor offsets, int total) -> Tensor");
   m.def("check_offsets(Tensor offsets, SymInt total) -> ()");
   m.def("_set_checks(bool enabled) -> ()");
   m.def("_checks_enabled() -> bool");

@@ -117,6 +117,10 @@ OFFSETS_CALLS = {
         torch.rand(10, device=dev), torch.randn(10, device=dev), 0, None, o, True, False),
     "matrix_affine_scan": lambda o, dev: pp.matrix_affine_scan(
         torch.randn(10, 2, 2, device=dev), torch.randn(10, 2, device=dev), offsets=o),
+    "segmented_compact": lambda o, dev: pp.segmented_compact(
+        torch.randn(10, 2, device=dev), torch.rand(10, device=dev) > 0.5, o),
+    "segmented_compact_capacity": lambda o, dev: pp.segmented_compact(
+        torch.randn(10, device=dev), torch.rand(10, device=dev) > 0.5, o, 4),
 }
 
 
@@ -333,6 +337,8 @@ TYPED_OFFSETS_CALLS = {
     "matrix_affine_scan": (lambda o, dev, **kw: pp.matrix_affine_scan(
         torch.randn(10, 2, 2, device=dev), torch.randn(10, 2, device=dev), 0, None, o, **kw), "b"),
     "check_offsets": (lambda o, dev, **kw: pp.check_offsets(o, 10, **kw), None),
+    "segmented_compact": (lambda o, dev, **kw: pp.segmented_compact(
+        torch.randn(10, 2, device=dev), torch.rand(10, device=dev) > 0.5, o, **kw), "x"),
 }
 
 
@@ -430,3 +436,100 @@ def test_scalar_gate_gradient(device):
     a = torch.tensor(0.8, dtype=torch.float64, device=device, requires_grad=True)
     b = torch.randn(2, 15, dtype=torch.float64, device=device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: pp.affine_scan(a, b), (a, b))
+
+
+# ---- compaction and the offsets helpers ------------------------------------------------------
+
+
+# (a call given the device, the expected message)
+COMPACT_CASES = {
+    "mask_float": (lambda dev: pp.compact(torch.randn(3, 4, device=dev), torch.ones(3, 4, device=dev)),
+                   r"^mask: expected a torch\.bool tensor, got torch\.float32$"),
+    "mask_int_capacity": (lambda dev: pp.compact(torch.randn(5, device=dev), torch.ones(5, dtype=torch.int64, device=dev),
+                                                 capacity=2), r"^mask: expected a torch\.bool tensor, got torch\.int64$"),
+    "mask_shape": (lambda dev: pp.compact(torch.randn(3, 4, device=dev), torch.ones(4, 3, dtype=torch.bool, device=dev)),
+                   r"^mask: expected x's shape \[3, 4\] \(elementwise\) or \[3\] \(x's size along dim 0\), "
+                   r"got shape \[4, 3\]$"),
+    "mask_shape_dim1": (lambda dev: pp.compact(torch.randn(3, 4, device=dev), torch.ones(3, dtype=torch.bool, device=dev),
+                                               1, capacity=3),
+                        r"^mask: expected x's shape \[3, 4\] \(elementwise\) or \[4\] \(x's size along dim 1\)"),
+    "bad_dim": (lambda dev: pp.compact(torch.randn(3, 4, device=dev), torch.ones(4, dtype=torch.bool, device=dev), 2),
+                r"^dim: expected a dimension in \[-2, 1\]"),
+    "bad_dim_elementwise": (lambda dev: pp.compact(torch.randn(4, device=dev), torch.ones(4, dtype=torch.bool, device=dev),
+                                                   3, capacity=2), r"^dim: expected a dimension in \[-1, 0\]"),
+    "negative_capacity": (lambda dev: pp.compact(torch.randn(3, device=dev), torch.ones(3, dtype=torch.bool, device=dev),
+                                                 capacity=-1),
+                          r"^capacity: expected a non-negative number of slots, got -1$"),
+    "segmented_mask_shape": (lambda dev: pp.segmented_compact(torch.randn(10, 2, device=dev),
+                                                              torch.ones(10, 2, dtype=torch.bool, device=dev),
+                                                              torch.tensor([0, 10], device=dev)),
+                             r"^mask: expected shape \[10\] \(x's packed length\), got shape \[10, 2\]$"),
+    "pad_indices_dtype": (lambda dev: pp.pad(torch.randn(3, 2, device=dev), torch.zeros(3, device=dev), 2, 2),
+                          r"^indices: expected an int64 or int32 tensor, got torch\.float32$"),
+    "pad_indices_shape": (lambda dev: pp.pad(torch.randn(3, 2, device=dev), torch.zeros(4, dtype=torch.int64, device=dev),
+                                             2, 2), r"^indices: expected shape \[3\] \(one per row of x\), got shape \[4\]$"),
+    "pad_negative_batch": (lambda dev: pp.pad(torch.randn(3, 2, device=dev), torch.zeros(3, dtype=torch.int64, device=dev),
+                                              -1, 2), r"^batch, seqlen: expected non-negative sizes, got -1 and 2$"),
+    "lengths_float": (lambda dev: pp.offsets_from_lengths(torch.ones(3, device=dev)),
+                      r"^lengths: expected an int32 or int64 tensor, got torch\.float32$"),
+    "lengths_2d": (lambda dev: pp.offsets_from_lengths(torch.ones(2, 3, dtype=torch.int64, device=dev)),
+                   r"^lengths: expected a 1-D tensor of sequence lengths, got shape \[2, 3\]$"),
+    "lengths_out_dtype": (lambda dev: pp.offsets_from_lengths(torch.ones(3, dtype=torch.int64, device=dev), torch.float32),
+                          r"^dtype: expected torch\.int32 or torch\.int64, got torch\.float32$"),
+    "flags_int": (lambda dev: pp.offsets_from_flags(torch.ones(4, dtype=torch.int64, device=dev)),
+                  r"^flags: expected a torch\.bool tensor, got torch\.int64$"),
+    "flags_2d": (lambda dev: pp.offsets_from_flags(torch.ones(2, 2, dtype=torch.bool, device=dev), 3),
+                 r"^flags: expected a 1-D tensor, got shape \[2, 2\]$"),
+    "flags_negative_capacity": (lambda dev: pp.offsets_from_flags(torch.ones(4, dtype=torch.bool, device=dev), -2),
+                                r"^capacity: expected a non-negative number of slots, got -2$"),
+    "lengths_from_float_offsets": (lambda dev: pp.lengths_from_offsets(torch.tensor([0.0, 2.0], device=dev)),
+                                   r"^offsets: expected an int32 or int64 tensor, got torch\.float32$"),
+    "flags_from_offsets_total": (lambda dev: pp.flags_from_offsets(torch.tensor([0], device=dev), -1),
+                                 r"^total: expected a non-negative length, got -1$"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPACT_CASES))
+def test_compact_family_bad_arguments(case, device):
+    call, pattern = COMPACT_CASES[case]
+    with raises(pattern):
+        call(device)
+
+
+def test_compact_mask_on_another_device(device):
+    other = other_device(device)
+    with raises(r"^mask: expected a tensor on " + device):
+        pp.compact(torch.randn(4, device=device), torch.ones(4, dtype=torch.bool, device=other))
+    with raises(r"^indices: expected a tensor on " + device):
+        pp.pad(torch.randn(2, 3, device=device), torch.zeros(2, dtype=torch.int64, device=other), 1, 2)
+
+
+def test_compact_family_python_type_errors(device):
+    x = torch.randn(4, device=device)
+    with pytest.raises(TypeError, match=r"^mask: expected a torch.Tensor, got list"):
+        pp.compact(x, [True, False, True, True])
+    with pytest.raises(TypeError, match=r"^capacity: expected an int or None, got float"):
+        pp.compact(x, x > 0, capacity=2.0)
+    with pytest.raises(TypeError, match=r"^return_indices: expected a bool, got int"):
+        pp.compact(x, x > 0, return_indices=1)
+    with pytest.raises(TypeError, match=r"^attention_mask: expected a bool or integer tensor, got torch.float32"):
+        pp.unpad(torch.randn(2, 3, 4, device=device), torch.ones(2, 3, device=device))
+    with pytest.raises(ValueError, match=r"^attention_mask: expected shape \(batch, seqlen\) = \(2, 3\)"):
+        pp.unpad(torch.randn(2, 3, 4, device=device), torch.ones(3, 2, dtype=torch.bool, device=device))
+
+
+@pytest.mark.parametrize("helper", ("flags_from_offsets", "segment_ids_from_offsets"))
+@pytest.mark.parametrize("values,pattern", BAD_VALUES, ids=["first1", "first_neg", "decreasing", "last_big",
+                                                            "last_small", "middle_oob", "no_sequences"])
+def test_offsets_helpers_validate(helper, values, pattern, device):
+    if device.startswith("cuda"):
+        pp.set_checks(True)
+    with raises(pattern):
+        getattr(pp, helper)(torch.tensor(values, device=device), 10)
+
+
+def test_negative_lengths_rejected(device):
+    if device.startswith("cuda"):
+        pp.set_checks(True)
+    with raises(r"^lengths: expected non-negative lengths$"):
+        pp.offsets_from_lengths(torch.tensor([2, -1, 3], device=device))

@@ -20,6 +20,13 @@ WRAPPERS = {
     "affine_scan": pp.affine_scan,
     "matrix_affine_scan": pp.matrix_affine_scan,
     "check_offsets": pp.check_offsets,
+    "segmented_compact": pp.segmented_compact,
+    "pad": pp.pad,
+    "offsets_from_lengths": pp.offsets_from_lengths,
+    "lengths_from_offsets": pp.lengths_from_offsets,
+    "offsets_from_flags": pp.offsets_from_flags,
+    "flags_from_offsets": pp.flags_from_offsets,
+    "segment_ids_from_offsets": pp.segment_ids_from_offsets,
 }
 
 

@@ -12,6 +12,17 @@ from .ops.checks import check_offsets, set_checks  # noqa: E402
 from .ops.scan import scan, segmented_scan  # noqa: E402
 from .ops.affine import affine_scan, matrix_affine_scan  # noqa: E402
 from .ops.selective_scan import selective_scan, selective_scan_fn, selective_state_update  # noqa: E402
+from .ops.compact import (  # noqa: E402
+    compact,
+    flags_from_offsets,
+    lengths_from_offsets,
+    offsets_from_flags,
+    offsets_from_lengths,
+    pad,
+    segment_ids_from_offsets,
+    segmented_compact,
+    unpad,
+)
 
 __all__ = [
     "scan",
@@ -21,6 +32,15 @@ __all__ = [
     "selective_scan",
     "selective_scan_fn",
     "selective_state_update",
+    "compact",
+    "segmented_compact",
+    "unpad",
+    "pad",
+    "offsets_from_lengths",
+    "lengths_from_offsets",
+    "offsets_from_flags",
+    "flags_from_offsets",
+    "segment_ids_from_offsets",
     "check_offsets",
     "set_checks",
     "cuda_kernels_built",

@@ -442,3 +442,95 @@ def selective_state_update(
     if not heads:
         out, new = out[:, :, 0], new[:, :, 0]
     return out, new
+
+
+# ---- compaction and packed-sequence utilities ----------------------------------------------
+# Compaction copies values: every dtype is kept as it is (no widening).
+
+
+def compact(
+    x: Tensor, mask: Tensor, dim: int = 0, capacity: Optional[int] = None, fill_value=0
+) -> Tuple[Tensor, int, Tensor]:
+    """``(values, count, indices)``: ``x[mask]`` (elementwise mask) or the slices along ``dim``
+    where a 1-D mask is true, with the source positions; with ``capacity``, the first
+    ``capacity`` of them, padded with ``fill_value`` (indices with -1). ``count`` is the number of
+    true entries of the mask."""
+    elementwise = tuple(mask.shape) == tuple(x.shape)
+    flat = x.reshape(-1) if elementwise else x.movedim(dim, 0)
+    kept = [p for p, keep in enumerate(mask.reshape(-1).tolist()) if keep]
+    count = len(kept)
+    slots = count if capacity is None else capacity
+    values = flat.new_full((slots, *flat.shape[1:]), fill_value)
+    indices = torch.full((slots,), -1, dtype=torch.int64)
+    for slot, p in enumerate(kept[:slots]):
+        values[slot] = flat[p]
+        indices[slot] = p
+    return (values if elementwise else values.movedim(0, dim)), count, indices
+
+
+def segmented_compact(
+    x: Tensor, mask: Tensor, offsets: Tensor, capacity: Optional[int] = None, fill_value=0
+) -> Tuple[Tensor, Tensor]:
+    """Each sequence's kept rows, concatenated, with the new boundaries (clamped to
+    ``capacity`` in the capacity form, whose rows past the count hold ``fill_value``)."""
+    pieces, bounds = [], [0]
+    for start, end in segments(x.shape[0], offsets):
+        piece = x[start:end][mask[start:end]]
+        pieces.append(piece)
+        bounds.append(bounds[-1] + piece.shape[0])
+    values = torch.cat(pieces) if pieces else x[:0]
+    new_offsets = torch.tensor(bounds, dtype=offsets.dtype)
+    if capacity is not None:
+        filled = values.new_full((capacity, *x.shape[1:]), fill_value)
+        filled[: min(capacity, values.shape[0])] = values[:capacity]
+        values, new_offsets = filled, new_offsets.clamp(max=capacity)
+    return values, new_offsets
+
+
+def unpad(x: Tensor, attention_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor, int]:
+    """flash-attn's ``unpad_input``: ``(x_packed, indices, cu_seqlens, max_seqlen)``."""
+    seqlens = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
+    max_seqlen = int(seqlens.max()) if seqlens.numel() else 0
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    rows = x.reshape(-1, *x.shape[2:])
+    return rows[indices], indices, cu_seqlens, max_seqlen
+
+
+def pad(x: Tensor, indices: Tensor, batch: int, seqlen: int) -> Tensor:
+    """flash-attn's ``pad_input``: rows of ``x`` to positions ``indices`` of a zero grid."""
+    out = x.new_zeros((batch * seqlen, *x.shape[1:]))
+    out[indices] = x
+    return out.view(batch, seqlen, *x.shape[1:])
+
+
+def offsets_from_lengths(lengths: Tensor) -> Tensor:
+    bounds = [0]
+    for n in lengths.tolist():
+        bounds.append(bounds[-1] + n)
+    return torch.tensor(bounds, dtype=lengths.dtype)
+
+
+def lengths_from_offsets(offsets: Tensor) -> Tensor:
+    return torch.tensor([end - start for start, end in segments(int(offsets[-1]), offsets)], dtype=offsets.dtype)
+
+
+def offsets_from_flags(flags: Tensor) -> Tensor:
+    """Position 0 and every flagged position start a sequence."""
+    starts = [p for p, f in enumerate(flags.tolist()) if f or p == 0]
+    return torch.tensor(starts + [flags.shape[0]], dtype=torch.int64)
+
+
+def flags_from_offsets(offsets: Tensor, total: int) -> Tensor:
+    flags = torch.zeros(total, dtype=torch.bool)
+    for start, end in segments(total, offsets):
+        if end > start:
+            flags[start] = True
+    return flags
+
+
+def segment_ids_from_offsets(offsets: Tensor, total: int) -> Tensor:
+    ids = torch.empty(total, dtype=torch.int32)
+    for k, (start, end) in enumerate(segments(total, offsets)):
+        ids[start:end] = k
+    return ids

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Scalar.h>
 #include <c10/core/SymInt.h>
 #include <c10/util/string_view.h>
 
@@ -91,6 +92,30 @@ inline std::tuple<at::Tensor, at::Tensor> matrix_affine_scan(
                                                  const std::optional<at::Tensor>&, bool);
   static const auto handle = detail::op_handle<Sig>("parprims::matrix_affine_scan");
   return handle.call(A, b, dim, initial_state, offsets, reverse);
+}
+
+/// Stable stream compaction, exact size: the elements of `x` where `mask` (x's shape), or the
+/// slices along `dim` where a 1-D `mask` (of x.size(dim)) is true. Returns (values, indices);
+/// indices (int64 source positions) is empty unless `return_indices`. Reads the count back to
+/// the host (a sync on CUDA), like x[mask].
+inline std::tuple<at::Tensor, at::Tensor> compact(const at::Tensor& x, const at::Tensor& mask, int64_t dim = 0,
+                                                  bool return_indices = false) {
+  using Sig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, int64_t, bool);
+  static const auto handle = detail::op_handle<Sig>("parprims::compact");
+  return handle.call(x, mask, dim, return_indices);
+}
+
+/// The fixed-capacity compaction, with no host synchronization: (values, count, indices) with
+/// `capacity` slots (past the count: `fill_value`, indices -1) and `count` a 0-d int64 tensor
+/// on x's device (the true count, even when above the capacity).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_capacity(const at::Tensor& x, const at::Tensor& mask,
+                                                                       int64_t capacity, int64_t dim = 0,
+                                                                       const at::Scalar& fill_value = 0,
+                                                                       bool return_indices = false) {
+  using Sig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, int64_t, int64_t,
+                                                             const at::Scalar&, bool);
+  static const auto handle = detail::op_handle<Sig>("parprims::compact_capacity");
+  return handle.call(x, mask, capacity, dim, fill_value, return_indices);
 }
 
 /// Validates packed-sequence `offsets` for data of length `total`: 1-D int32/int64,
