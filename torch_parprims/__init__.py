@@ -12,6 +12,7 @@ from .ops.checks import check_offsets, set_checks  # noqa: E402
 from .ops.scan import scan, segmented_scan  # noqa: E402
 from .ops.affine import affine_scan, matrix_affine_scan  # noqa: E402
 from .ops.selective_scan import selective_scan, selective_scan_fn, selective_state_update  # noqa: E402
+from . import nn  # noqa: E402  (model layers; imports only torch and the ops above)
 
 __all__ = [
     "scan",
@@ -24,4 +25,5 @@ __all__ = [
     "check_offsets",
     "set_checks",
     "cuda_kernels_built",
+    "nn",
 ]
