@@ -131,6 +131,8 @@ def causal_conv1d(
     _check_args(x, weight, bias, offsets, activation)
     channels, width = weight.shape
     length = x.shape[-1]
+    if length == 0:  # F.conv1d refuses empty inputs; there is nothing to compute
+        return torch.zeros_like(x)
     out = F.conv1d(x, weight.unsqueeze(1).to(x.dtype), None if bias is None else bias.to(x.dtype),
                    padding=width - 1, groups=channels)[..., :length]
     if offsets is not None:
