@@ -380,3 +380,26 @@ def test_example_batches_are_what_the_tasks_say():
         assert targets[-1] == ids[trigger[0] + 1] and (targets[:-1] == example.IGNORE).all()
     ids, targets = example.padded(batch)
     assert torch.equal(ids[targets != example.IGNORE], batch.ids[batch.targets != example.IGNORE])
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["rows", "packed"])
+def test_prefill_then_step_equals_forward(device, packed):
+    """Prompts run through forward (packed or as rows) fill the cache; steps continue them."""
+    model = MambaLM(vocab_size=11, d_model=16, n_layer=2, d_state=4, device=device).to(F64).eval()
+    for layer in model.backbone.layers:
+        _random_trained_like(layer.mixer)
+    prompt_lengths, new_tokens = ((2, 7, 4) if packed else (6, 6, 6)), 5
+    full = [torch.randint(0, 11, (n + new_tokens,), device=device) for n in prompt_lengths]
+    cache = model.allocate_inference_cache(batch_size=3)
+    with torch.no_grad():
+        if packed:
+            prompts = torch.cat([seq[:n] for seq, n in zip(full, prompt_lengths)])[None]
+            model(prompts, cu_seqlens=make_offsets(prompt_lengths, torch.int32, device), inference_cache=cache)
+        else:
+            model(torch.stack([seq[:n] for seq, n in zip(full, prompt_lengths)]), inference_cache=cache)
+        for t in range(new_tokens):
+            ids = torch.stack([seq[n + t] for seq, n in zip(full, prompt_lengths)])[:, None]
+            logits = model.step(ids, cache)[:, 0]
+            for row, (seq, n) in enumerate(zip(full, prompt_lengths)):
+                want = model(seq[None, : n + t + 1])[0, -1]
+                torch.testing.assert_close(logits[row], want)

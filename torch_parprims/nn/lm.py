@@ -31,9 +31,11 @@ class MambaBlock(nn.Module):
         self.norm = nn.RMSNorm(d_model, eps=norm_eps, device=device, dtype=dtype)
         self.mixer = Mamba(d_model, layer_idx=layer_idx, device=device, dtype=dtype, **mixer_kwargs)
 
-    def forward(self, x: Tensor, cu_seqlens: Optional[Tensor] = None) -> Tensor:
-        """``(batch, L, d_model)`` -> the same; ``cu_seqlens`` as in :meth:`Mamba.forward`."""
-        return x + self.mixer(self.norm(x), cu_seqlens)
+    def forward(self, x: Tensor, cu_seqlens: Optional[Tensor] = None,
+                inference_cache: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+        """``(batch, L, d_model)`` -> the same; ``cu_seqlens`` and ``inference_cache`` as in
+        :meth:`Mamba.forward`."""
+        return x + self.mixer(self.norm(x), cu_seqlens, inference_cache)
 
     def step(self, x: Tensor, conv_state: Tensor, ssm_state: Tensor) -> Tensor:
         """One decoding step, ``(batch, 1, d_model)``; the states are updated in place."""
@@ -98,11 +100,17 @@ class MambaLM(nn.Module):
             with torch.no_grad():
                 weight /= math.sqrt(n_layer)
 
-    def forward(self, input_ids: Tensor, cu_seqlens: Optional[Tensor] = None) -> Tensor:
-        """int64 ids ``(batch, L)`` -> logits ``(batch, L, vocab_size)``."""
+    def forward(self, input_ids: Tensor, cu_seqlens: Optional[Tensor] = None,
+                inference_cache: Optional[List[Tuple[Tensor, Tensor]]] = None) -> Tensor:
+        """int64 ids ``(batch, L)`` -> logits ``(batch, L, vocab_size)``.
+
+        With ``inference_cache`` (from :meth:`allocate_inference_cache`, one row per sequence)
+        this is a prefill: every layer's states after each sequence's last token are written
+        into it, for :meth:`step` to continue (see :meth:`Mamba.forward`).
+        """
         x = self.backbone.embedding(input_ids)
-        for layer in self.backbone.layers:
-            x = layer(x, cu_seqlens)
+        for i, layer in enumerate(self.backbone.layers):
+            x = layer(x, cu_seqlens, None if inference_cache is None else inference_cache[i])
         return self.lm_head(self.backbone.norm_f(x))
 
     def allocate_inference_cache(self, batch_size: int, dtype=None) -> List[Tuple[Tensor, Tensor]]:

@@ -139,12 +139,27 @@ class Mamba(nn.Module):
         cdt = _compute_dtype(dtype)
         return -torch.exp(self.A_log.to(cdt)), self.D.to(cdt), self.dt_proj.bias.to(cdt)
 
-    def forward(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor] = None) -> Tensor:
+    def forward(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor] = None,
+                inference_cache: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
         """``(batch, L, d_model)`` -> ``(batch, L, d_model)``.
 
         With ``cu_seqlens`` (int32 or int64, ``(S+1,)``, on x's device, flash-attn's
         convention) the batch must be 1 and holds S sequences packed along L; each output is
         what its sequence alone gives. No value is read back to the host.
+
+        ``inference_cache``, a ``(conv_state, ssm_state)`` pair from
+        :meth:`allocate_inference_cache` with one row per sequence (batch rows, or S with
+        ``cu_seqlens``), makes this a prefill: the states after each sequence's last token are
+        written into it, and :meth:`step` continues from there (the forward itself always
+        starts from zero states).
+
+        Example::
+
+            >>> block = Mamba(d_model=32).eval()
+            >>> prompts = torch.randn(1, 9, 32)                 # two prompts: 4 and 5 tokens
+            >>> cache = block.allocate_inference_cache(batch_size=2)
+            >>> _ = block(prompts, cu_seqlens=torch.tensor([0, 4, 9]), inference_cache=cache)
+            >>> next_out, _, _ = block.step(torch.randn(2, 1, 32), *cache)   # both continue
         """
         if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.d_model:
             raise ValueError(f"hidden_states: expected (batch, L, {self.d_model}), got {tuple(hidden_states.shape)}")
@@ -153,15 +168,35 @@ class Mamba(nn.Module):
                              f"got batch {hidden_states.shape[0]}")
         xz = self.in_proj(hidden_states)
         x, z = xz.transpose(1, 2).chunk(2, dim=1)  # (batch, d_inner, L) views, read in place
+        if inference_cache is not None:
+            with torch.no_grad():
+                inference_cache[0].copy_(self._last_conv_inputs(x, cu_seqlens))
         x = causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, cu_seqlens, activation="silu")
         x_dbl = self.x_proj(x.transpose(1, 2))  # (batch, L, dt_rank + 2N)
         dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
         delta = F.linear(dt, self.dt_proj.weight)  # the bias is added inside the scan
         A, D, delta_bias = self._ssm_params(x.dtype)
         scan = selective_scan if self.scan_impl == "fused" else _reference_scan
-        y, _ = scan(x, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), D, z, delta_bias,
-                    True, None, cu_seqlens)
+        y, last_state = scan(x, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), D, z, delta_bias,
+                             True, None, cu_seqlens)
+        if inference_cache is not None:
+            with torch.no_grad():
+                inference_cache[1].copy_(last_state)
         return self.out_proj(y.transpose(1, 2))
+
+    def _last_conv_inputs(self, x: Tensor, cu_seqlens: Optional[Tensor]) -> Tensor:
+        """The convolution's state after each sequence: its last ``d_conv`` inputs, zeros
+        before the sequence's start; ``(rows, d_inner, d_conv)``."""
+        length = x.shape[-1]
+        if cu_seqlens is None:
+            return F.pad(x, (self.d_conv - length, 0))  # a negative pad cuts from the left
+        starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
+        positions = ends[:, None] - self.d_conv + torch.arange(self.d_conv, device=x.device)  # (S, d_conv)
+        inside = positions >= starts[:, None]
+        if length == 0:
+            return x.new_zeros(positions.shape[0], x.shape[1], self.d_conv)
+        taken = x[0][:, positions.clamp(0, length - 1)]  # (d_inner, S, d_conv)
+        return (taken * inside.to(x.dtype)).transpose(0, 1)
 
     def allocate_inference_cache(self, batch_size: int, max_seqlen: Optional[int] = None, dtype=None
                                  ) -> Tuple[Tensor, Tensor]:
