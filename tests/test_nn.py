@@ -403,3 +403,13 @@ def test_prefill_then_step_equals_forward(device, packed):
             for row, (seq, n) in enumerate(zip(full, prompt_lengths)):
                 want = model(seq[None, : n + t + 1])[0, -1]
                 torch.testing.assert_close(logits[row], want)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from torch_parprims.nn import conv, lm, mamba
+
+    for module in (conv, mamba, lm):
+        result = doctest.testmod(module, raise_on_error=False, verbose=False)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
