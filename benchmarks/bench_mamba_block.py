@@ -128,7 +128,9 @@ def block_runner(block, compiled):
     def run(x, cu_seqlens):
         return block(x, cu_seqlens=cu_seqlens)
 
-    return torch.compile(run, fullgraph=True) if compiled else run
+    # dynamic=False: each case's shapes get their own specialized graph, as a training loop with
+    # fixed shapes would, rather than one dynamic-shape graph shared by all cases.
+    return torch.compile(run, fullgraph=True, dynamic=False) if compiled else run
 
 
 def scan_alone_runner(block, batch, length, device, dtype):
