@@ -413,3 +413,23 @@ def test_docstring_examples_run():
     for module in (conv, mamba, lm):
         result = doctest.testmod(module, raise_on_error=False, verbose=False)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def test_mamba_in_bfloat16_keeps_A_log_and_D_in_float32(device):
+    """mamba-ssm's mixed precision: bf16 weights and activations, A_log and D (and the decode
+    state) in float32; the output is close to the float32 block's."""
+    exact = _random_trained_like(Mamba(d_model=32, d_state=8, device=device))
+    half = Mamba(d_model=32, d_state=8, device=device, dtype=torch.bfloat16)
+    half.load_state_dict(exact.state_dict())
+    assert half.A_log.dtype == half.D.dtype == torch.float32 and half.in_proj.weight.dtype == torch.bfloat16
+    x, offsets = torch.randn(1, 40, 32, device=device), make_offsets((15, 25), torch.int32, device)
+    out = half(x.bfloat16(), cu_seqlens=offsets)
+    assert out.dtype == torch.bfloat16
+    want = exact(x, cu_seqlens=offsets)
+    assert (out.float() - want).abs().max() <= 0.05 * want.abs().max()
+    out.float().square().sum().backward()
+    assert half.A_log.grad.dtype == torch.float32 and half.in_proj.weight.grad.dtype == torch.bfloat16
+    conv_state, ssm_state = half.allocate_inference_cache(batch_size=2)
+    assert conv_state.dtype == torch.bfloat16 and ssm_state.dtype == torch.float32
+    assert half.step(torch.randn(2, 1, 32, device=device, dtype=torch.bfloat16), conv_state, ssm_state)[0].dtype \
+        == torch.bfloat16
