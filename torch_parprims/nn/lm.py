@@ -51,6 +51,8 @@ class MambaLM(nn.Module):
     ``backbone.layers.{i}.norm``, ``backbone.layers.{i}.mixer``, ``backbone.norm_f``,
     ``lm_head``) with RMSNorm, and so does the initialization (embedding ~ N(0, 0.02), linear
     biases zero but ``dt_proj``'s, each ``out_proj.weight`` scaled by ``1 / sqrt(n_layer)``).
+    A mamba-ssm checkpoint built with ``rms_norm=True`` loads with the same ``d_model`` and
+    ``n_layer`` and its vocabulary size after padding (``pad_vocab_size_multiple``).
 
     Args:
         vocab_size: the number of token ids.
