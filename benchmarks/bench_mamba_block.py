@@ -62,6 +62,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test that runs on a CPU in a minute")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: PyTorch's)")
     p.add_argument("--out", default=None, help="the JSON file to write")
     args = p.parse_args(argv)
     if args.quick:
@@ -134,18 +135,21 @@ def block_runner(block, compiled):
 
 
 def scan_alone_runner(block, batch, length, device, dtype):
-    """The selective scan alone, on the inputs that the block gives it (gradients to all)."""
+    """The selective scan alone, on inputs laid out as the block gives them (u contiguous;
+    delta, z, B and C transposed views of (batch, L, channels) tensors), gradients to all."""
     d, n = block.d_inner, block.d_state
 
     def leaf(*shape, dt=dtype):
         return torch.randn(*shape, device=device, dtype=dt).requires_grad_()
 
-    u, delta, z = leaf(batch, d, length), leaf(batch, d, length), leaf(batch, d, length)
-    B, C = leaf(batch, n, length), leaf(batch, n, length)
+    u = leaf(batch, d, length)
+    delta, z = leaf(batch, length, d), leaf(batch, length, 2 * d)[..., d:]
+    B, C = leaf(batch, length, n), leaf(batch, length, n)
     A, D, bias = leaf(d, n, dt=torch.float32), leaf(d, dt=torch.float32), leaf(d, dt=torch.float32)
 
     def run():
-        return pp.selective_scan(u, delta, -torch.exp(A), B, C, D, z, bias, True)[0]
+        return pp.selective_scan(u, delta.transpose(1, 2), -torch.exp(A), B.transpose(1, 2), C.transpose(1, 2), D,
+                                 z.transpose(1, 2), bias, True)[0]
 
     return run
 
@@ -202,6 +206,8 @@ def summarize(results) -> dict:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
