@@ -78,7 +78,7 @@ pp_setup_venv() {
   case ":$PATH:" in *":$venv/bin:"*) ;; *) export PATH="$venv/bin:$PATH" ;; esac
 }
 
-# Python packages: torch, numpy, pytest, pytest-xdist, hypothesis, ninja, expecttest; setuptools
+# Python packages: torch, numpy, pytest, pytest-xdist, hypothesis, ninja, expecttest, tqdm, matplotlib; setuptools
 # and wheel for the build.
 pp_install_python_deps() {
   pp_setup_venv
@@ -89,7 +89,8 @@ pp_install_python_deps() {
 import importlib.util
 from importlib import metadata
 need = {"torch": "torch", "numpy": "numpy", "pytest": "pytest", "xdist": "pytest-xdist",
-        "hypothesis": "hypothesis", "ninja": "ninja", "expecttest": "expecttest", "wheel": "wheel"}
+        "hypothesis": "hypothesis", "ninja": "ninja", "expecttest": "expecttest", "wheel": "wheel",
+        "tqdm": "tqdm", "matplotlib": "matplotlib"}  # the last two: the example's test
 missing = [pkg for mod, pkg in need.items() if importlib.util.find_spec(mod) is None]
 try:
     major = int(metadata.version("setuptools").split(".")[0])

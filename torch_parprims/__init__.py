@@ -23,6 +23,7 @@ from .ops.compact import (  # noqa: E402
     segmented_compact,
     unpad,
 )
+from . import nn  # noqa: E402  (model layers; imports only torch and the ops above)
 
 __all__ = [
     "scan",
@@ -44,4 +45,5 @@ __all__ = [
     "check_offsets",
     "set_checks",
     "cuda_kernels_built",
+    "nn",
 ]
