@@ -1,8 +1,9 @@
-// The fused selective-scan backward, with the forward's threads-per-channel layout. The block
+// The fused selective-scan backward: a thread holds kStates states of one channel, as in the
+// forward (with its own states per thread, Policy::kStatesPerThread). The block
 // walks its rows' time backwards in chunks of K = kSelectiveScanCheckpointEvery steps:
 //   1. stage: delta (after bias and softplus), u, dy = dout * silu(z), variable B and C;
 //   2. recompute: from the checkpoint saved by the forward, each thread runs its states over
-//      the chunk again, keeping the state entering each step in registers, and y's sums;
+//      the chunk again, keeping the state entering each step in registers, and its part of y;
 //   3. walk back: the reverse affine recurrence of the state gradient
 //      g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1} (the same monoid as the forward, read from
 //      the end), with every input's gradient term at each step;
@@ -22,10 +23,12 @@ struct BackwardChunk {
   static constexpr int kPitch = K + 1;
   static constexpr int kWarps = Policy::kThreads / 32;
 
-  // In Acc: delta, u, dy, y, du-part, ddelta-part by [channel][step]; B, C by [step][state];
-  // the warps' dB/dC sums by [warp][step][2 * state]; per-channel sums of D and bias terms.
+  // In Acc: delta, u, dy and the finish's per-channel sum terms (2) by [channel][step]; the threads' parts of y, du and
+  // d(delta) by [part][thread][step] (summed over a channel's threads in the finish, not with
+  // shuffles at every step); B, C by [step][state]; the warps' dB/dC sums by
+  // [warp][step][2 * state].
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t per_channel = 6 * static_cast<size_t>(s.channels_per_block) * kPitch;
+    const size_t per_channel = 5 * static_cast<size_t>(s.channels_per_block) * kPitch + 3 * Policy::kThreads * kPitch;
     const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * 2;
     const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * K * 2 * s.states_per_tile : 0;
     (void)variable_B;
@@ -88,10 +91,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   Acc* s_delta = reinterpret_cast<Acc*>(smem_raw);
   Acc* s_u = s_delta + pc;
   Acc* s_dy = s_u + pc;
-  Acc* s_y = s_dy + pc;
-  Acc* s_du = s_y + pc;
-  Acc* s_ddelta = s_du + pc;
-  Acc* s_B = s_ddelta + pc;
+  Acc* s_dD_terms = s_dy + pc;  // the finish's terms of the D and delta_bias sums
+  Acc* s_dbias_terms = s_dD_terms + pc;
+  Acc* s_ypart = s_dbias_terms + pc;  // [thread][step]
+  Acc* s_dupart = s_ypart + Policy::kThreads * kPitch;
+  Acc* s_ddpart = s_dupart + Policy::kThreads * kPitch;
+  Acc* s_B = s_ddpart + Policy::kThreads * kPitch;
   Acc* s_C = s_B + K * s.states_per_tile;
   Acc* s_red = s_C + K * s.states_per_tile;  // [warp][step][2 * states_per_tile]
   const bool variable_BC = p.B.variable || p.C.variable;
@@ -199,8 +204,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                 h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + du * Bt;
                 y += Ct * h[j];
               }
-              y = sum_over_channel(y, s.threads_per_channel);
-              if (me.quad == 0) s_y[me.channel * kPitch + i] = y;
+              s_ypart[threadIdx.x * kPitch + i] = y;
             }
           }
         }
@@ -250,12 +254,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                 if (has_state[j]) static_cast<Acc*>(gr.dinitial)[(seq_back * p.dim + me.d) * p.dstate + n0 + j] = lam[j];
               }
             }
-            ddelta_part = sum_over_channel(ddelta_part, s.threads_per_channel);
-            du_part = sum_over_channel(du_part, s.threads_per_channel);
-            if (me.quad == 0) {
-              s_ddelta[me.channel * kPitch + i] = ddelta_part;
-              s_du[me.channel * kPitch + i] = du_part;
-            }
+            s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
+            s_dupart[threadIdx.x * kPitch + i] = du_part;
             if (variable_BC) {
               red.run(s.threads_per_channel);
               if (red.writer) {
@@ -279,7 +279,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           if (it.step >= steps || !me.has_channel(p, s, it.channel)) continue;
           const int64_t d = d0 + it.channel, t = t0 + it.step;
           const int at = it.channel * kPitch + it.step;
-          Acc y = s_y[at], du = s_du[at], ddelta = s_ddelta[at];
+          // The channel's parts, its threads in order (the same sums on every run).
+          Acc y = 0, du = 0, ddelta = 0;
+          for (int q = 0, part = it.channel * s.threads_per_channel * kPitch + it.step; q < s.threads_per_channel;
+               ++q, part += kPitch) {
+            y += s_ypart[part];
+            du += s_dupart[part];
+            ddelta += s_ddpart[part];
+          }
           if (s.state_tiles > 1) {
             const int64_t flat = (me.b * p.dim + d) * p.len + t;
             Acc* ys = static_cast<Acc*>(s.y_scratch);
@@ -310,9 +317,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : fast_sigmoid(x)) : ddelta;
           static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
           static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
-          // Reuse the staging rows for the per-channel sums below.
-          s_y[at] = dy * u;
-          s_ddelta[at] = draw;
+          // The terms of the per-channel sums below.
+          s_dD_terms[at] = dy * u;
+          s_dbias_terms[at] = draw;
         }
         if (variable_BC) {
           const int n_items = 2 * K * s.states_per_tile;
@@ -332,8 +339,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           __syncthreads();
           if (threadIdx.x < s.channels_per_block) {
             for (int i = 0; i < steps; ++i) {  // in order: the same sums on every run
-              dD_sum += s_y[threadIdx.x * kPitch + i];
-              dbias_sum += s_ddelta[threadIdx.x * kPitch + i];
+              dD_sum += s_dD_terms[threadIdx.x * kPitch + i];
+              dbias_sum += s_dbias_terms[threadIdx.x * kPitch + i];
             }
           }
         }

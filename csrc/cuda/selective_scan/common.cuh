@@ -158,15 +158,6 @@ struct ChunkItem {
   }
 };
 
-// Sum over the lanes of one channel (an aligned group of threads_per_channel lanes).
-template <class Acc>
-__device__ __forceinline__ Acc sum_over_channel(Acc v, int threads_per_channel) {
-  for (int offset = threads_per_channel >> 1; offset > 0; offset >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  }
-  return v;
-}
-
 // Packed sequences: the last sequence k with offsets[k] <= t (a sequence holding t, or the
 // last of empty ones before it), by binary search.
 __device__ __forceinline__ int64_t sequence_of(const SelectiveScanParams& p, int64_t t) {
