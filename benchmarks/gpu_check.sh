@@ -9,15 +9,16 @@
 #   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "$TEST_MARKERS" (default "not slow") -> $OUT/pytest_cuda.log
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
 #           the bench rows check every baseline's output anyway)
-#   bench   bench_scan.py and bench_affine_scan.py --device cuda           -> $OUT/bench.log,
-#           $OUT/<device>.json (both scripts merged), $OUT/<device>.png
+#   bench   bench_scan, bench_affine_scan, bench_selective_scan and bench_compact (BENCH_SCRIPTS)
+#           --device cuda -> $OUT/bench.log, $OUT/<device>.json (the scripts merged), <device>.png
+#   models  bench_mamba_block.py (a Mamba block's fwd+bwd, tokens/s) -> $OUT/mamba-block.json
 # Always: $OUT/summary.txt, printed last. At most 6 files come back under $OUT.
 #
 # Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
-# timeout and what is left of the total (the benchmarks split what remains, 60/40, and stop
-# starting cases 20 s before their limit; results are saved after every case).
+# timeout and what is left of the total (each benchmark script gets an equal share of what
+# remains and stops starting cases 20 s before its limit; results are saved after every case).
 # Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
-# BENCH_ARGS (extra args for both bench scripts, e.g. "--quick" or "--only 'scan:add'"),
+# MODELS_TIMEOUT (150), BENCH_ARGS (extra args for every bench script, e.g. "--quick" or "--only 'scan:add'"),
 # PYTEST_ARGS (extra pytest args, e.g. "-x -k scan"), SELFTEST (0), SUMMARY_WIDTH (125).
 # The build stays in place between calls while the machine is warm, so a later call can run
 # STAGES="tests bench" alone.
@@ -134,11 +135,13 @@ if has_stage bench || has_stage selftest; then
 fi
 
 if has_stage bench; then
-  for script in bench_scan bench_affine_scan; do
+  scripts=(${BENCH_SCRIPTS:-bench_scan bench_affine_scan bench_selective_scan bench_compact})
+  for i in "${!scripts[@]}"; do
+    script=${scripts[$i]}
     echo "== $script (log: $OUT/bench.log)"
     tb=$(date +%s)
     left=$(limit 100000)
-    if [ "$script" = bench_scan ]; then share=$((left * 6 / 10)); else share=$left; fi
+    share=$((left / (${#scripts[@]} - i)))  # an equal share of what is left
     blim=$BENCH_TIMEOUT
     [ "$share" -lt "$blim" ] && blim=$share
     if [ "$blim" -lt 45 ]; then
@@ -154,10 +157,20 @@ if has_stage bench; then
   done
 fi
 
+if has_stage models; then
+  echo "== bench_mamba_block (log: $OUT/bench_mamba_block.log)"
+  tb=$(date +%s)
+  timeout "$(limit "${MODELS_TIMEOUT:-150}")" python3 benchmarks/bench_mamba_block.py --device cuda \
+    --out "$OUT/mamba-block.json" >"$OUT/bench_mamba_block.log" 2>&1
+  note "bench_mamba_block: rc=$? ($(($(date +%s) - tb)) s)"
+  tail -12 "$OUT/bench_mamba_block.log"
+fi
+
 rm -f "$OUT"/*.tmp
 # the caller sees the last lines: the results table first, then the stage statuses
 {
   for f in "$OUT"/*.json; do
+    case "$f" in *mamba-block.json) continue ;; esac  # not a harness file; its table is above
     [ -e "$f" ] && python3 benchmarks/harness.py --summarize "$f" --width "${SUMMARY_WIDTH:-125}"
   done
   echo "== stages ($(elapsed) s in all)"
