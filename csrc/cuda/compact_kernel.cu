@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "../host/compact_host.h"
+#include "../host/compact_registration.h"
 #include "compact_instantiations.h"
 
 namespace parprims::cuda {
@@ -62,44 +63,8 @@ void run_compact(const host::PreparedCompact& c) {
   }
 }
 
-using OptInt = std::optional<int64_t>;
-using OptDtype = std::optional<at::ScalarType>;
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_capacity_op(const at::Tensor& x, const at::Tensor& mask,
-                                                                   int64_t capacity, int64_t dim,
-                                                                   const at::Scalar& fill_value,
-                                                                   bool return_indices) {
-  return host::compact_capacity(x, mask, capacity, dim, fill_value, return_indices, &run_compact);
-}
-
-std::tuple<at::Tensor, at::Tensor> compact_op(const at::Tensor& x, const at::Tensor& mask, int64_t dim,
-                                              bool return_indices) {
-  return host::compact_exact(x, mask, dim, return_indices, &run_compact);
-}
-
-std::tuple<at::Tensor, at::Tensor> segmented_compact_op(const at::Tensor& x, const at::Tensor& mask,
-                                                        const at::Tensor& offsets, OptInt capacity,
-                                                        const at::Scalar& fill_value) {
-  return host::segmented_compact(x, mask, offsets, capacity, fill_value, &run_compact);
-}
-
-at::Tensor offsets_from_flags_op(const at::Tensor& flags, OptInt capacity, OptDtype dtype) {
-  return host::offsets_from_flags(flags, capacity, dtype, &run_compact);
-}
-
 }  // namespace
 
-TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
-  m.impl("compact", &compact_op);
-  m.impl("compact_capacity", &compact_capacity_op);
-  m.impl("_compact_backward", &host::compact_backward);
-  m.impl("segmented_compact", &segmented_compact_op);
-  m.impl("pad", &host::pad);
-  m.impl("offsets_from_lengths", &host::offsets_from_lengths);
-  m.impl("lengths_from_offsets", &host::lengths_from_offsets);
-  m.impl("offsets_from_flags", &offsets_from_flags_op);
-  m.impl("flags_from_offsets", &host::flags_from_offsets);
-  m.impl("segment_ids_from_offsets", &host::segment_ids_from_offsets);
-}
+TORCH_LIBRARY_IMPL(parprims, CUDA, m) { host::CompactOps<&run_compact>::register_kernels(m); }
 
 }  // namespace parprims::cuda
