@@ -1,15 +1,19 @@
-// CPU kernels of selective_scan: a fused forward and backward, parallel over (batch, channel)
-// rows with at::parallel_for; each row walks time sequentially with its N states in a small
-// local array, so no (batch, dim, N, L) tensor is ever made. The backward recomputes a row's
-// states once into a row-sized buffer, then walks time backwards (the reverse affine
-// recurrence of the state gradients).
+// CPU kernels of selective_scan: a fused forward and backward, parallel over tasks of
+// (batch, group, block of channels) with at::parallel_for; each row walks time sequentially
+// with its N states in a small local array, so no (batch, dim, N, L) tensor is ever made. A
+// task first copies its group's variable B and C into (L, N) tables, so that each step reads
+// its N values contiguously, and the N gates exp(delta * A) of a step are computed four at a
+// time (vector_exp.h). The backward recomputes a row's states and gates once into row-sized
+// buffers, then walks time backwards (the reverse affine recurrence of the state gradients).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../host/selective_scan_host.h"
 #include "../host/scan_dispatch.h"
+#include "vector_exp.h"
 
 namespace parprims::cpu {
 namespace {
@@ -34,11 +38,6 @@ struct Row {
     const Acc x = raw_delta(t);
     return p.delta_softplus ? softplus(x) : x;
   }
-  // B or C at (n, t): the input dtype when variable, the compute dtype when constant.
-  Acc state_input(const StateInput& s, int64_t n, int64_t t) const {
-    const int64_t at = s.offset(b, group, d, n, t);
-    return s.variable ? static_cast<Acc>(static_cast<const In*>(s.data)[at]) : static_cast<const Acc*>(s.data)[at];
-  }
   Acc A(int64_t n) const { return static_cast<const Acc*>(p.A)[d * p.dstate + n]; }
   // State rows (batch or sequence k, d, :) of a (K, dim, N) tensor in the compute type.
   int64_t state_index(int64_t k, int64_t n) const { return (k * p.dim + d) * p.dstate + n; }
@@ -52,53 +51,117 @@ struct Row {
   }
 };
 
-// Calls f(b, d) for every row, in parallel; a grain of rows makes a task of some thousand steps.
+// B or C as a row of N values per step: for variable inputs, one (batch, group)'s (L, N) table
+// in the compute type, shared by the task's channels; for constant ones, one channel's N values
+// (the same row every step).
+template <class In, class Acc>
+struct StateTable {
+  std::vector<Acc> values;
+  int64_t step_stride = 0;
+
+  void load(const SelectiveScanParams& p, const StateInput& s, int64_t b, int64_t group) {
+    if (!s.variable) return;
+    const int64_t N = p.dstate, L = p.len;
+    values.resize(static_cast<size_t>(L * N));
+    step_stride = N;
+    const In* data = static_cast<const In*>(s.data);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t t = 0; t < L; ++t) values[t * N + n] = static_cast<Acc>(data[s.offset(b, group, 0, n, t)]);
+    }
+  }
+  // The constant rows are per channel: reloaded for each of the task's channels.
+  void load_channel(const SelectiveScanParams& p, const StateInput& s, int64_t d) {
+    if (s.variable) return;
+    values.resize(static_cast<size_t>(p.dstate));
+    step_stride = 0;
+    for (int64_t n = 0; n < p.dstate; ++n) values[n] = static_cast<const Acc*>(s.data)[s.offset(0, 0, d, n, 0)];
+  }
+  const Acc* at(int64_t t) const { return values.data() + t * step_stride; }
+};
+
+// gate[n] = exp(delta * A[n]) for the N states of a step.
+template <class Acc>
+void gates(Acc delta, const Acc* A, int64_t N, Acc* gate) {
+  for (int64_t n = 0; n < N; ++n) gate[n] = delta * A[n];
+  exp_in_place(gate, N);
+}
+
+// Calls f(b, group, first channel, end channel) for tasks of up to `channel_block` channels of
+// one (batch, group), in parallel.
 template <class F>
-void for_each_row(const SelectiveScanParams& p, F&& f) {
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, p.len * p.dstate));
-  at::parallel_for(0, p.batch * p.dim, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t row = lo; row < hi; ++row) f(row / p.dim, row % p.dim);
+void for_each_task(const SelectiveScanParams& p, int64_t channel_block, F&& f) {
+  const int64_t blocks = (p.dim_per_group + channel_block - 1) / channel_block;
+  at::parallel_for(0, p.batch * p.groups * blocks, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t task = lo; task < hi; ++task) {
+      const int64_t b = task / (p.groups * blocks), g = (task / blocks) % p.groups, cb = task % blocks;
+      const int64_t d_lo = g * p.dim_per_group + cb * channel_block;
+      f(b, g, d_lo, std::min(g * p.dim_per_group + p.dim_per_group, d_lo + channel_block));
+    }
   });
+}
+
+// The forward's channels per task: up to 32 (the B/C tables are shared by a task's channels),
+// fewer when that leaves a thread without tasks.
+int64_t forward_channel_block(const SelectiveScanParams& p) {
+  const int64_t tasks_wanted = 2 * at::get_num_threads();
+  const int64_t rows_per_task = (p.batch * p.groups * p.dim_per_group + tasks_wanted - 1) / tasks_wanted;
+  return std::max<int64_t>(1, std::min<int64_t>({32, p.dim_per_group, rows_per_task}));
+}
+
+template <class In, class Acc>
+void forward_row(const SelectiveScanParams& p, int64_t b, int64_t d, const StateTable<In, Acc>& B_table,
+                 const StateTable<In, Acc>& C_table) {
+  const Row<In, Acc> r(p, b, d);
+  const int64_t N = p.dstate;
+  std::vector<Acc> h(N), A(N), gate(N);
+  for (int64_t n = 0; n < N; ++n) A[n] = r.A(n);
+  Acc* last = static_cast<Acc*>(p.last_state);
+  int64_t k = r.state_row();
+  int64_t end = r.seq_end(k);
+  r.load_initial(k, h.data());
+  In* out = static_cast<In*>(const_cast<void*>(p.out.data));
+  for (int64_t t = 0; t < p.len; ++t) {
+    while (p.offsets && k + 1 < p.num_seqs && t >= end) {  // sequence k ends: save, restart
+      for (int64_t n = 0; n < N; ++n) last[r.state_index(k, n)] = h[n];
+      end = r.seq_end(++k);
+      r.load_initial(k, h.data());
+    }
+    if (p.checkpoints && t % kSelectiveScanCheckpointEvery == 0) {
+      Acc* c = static_cast<Acc*>(p.checkpoints) +
+               ((b * p.dim + d) * p.checkpoint_chunks + t / kSelectiveScanCheckpointEvery) * N;
+      std::copy(h.begin(), h.end(), c);
+    }
+    const Acc dl = r.delta(t);
+    const Acc u = r.seq(p.u, t);
+    const Acc du = dl * u;
+    gates(dl, A.data(), N, gate.data());
+    const Acc* Bt = B_table.at(t);
+    const Acc* Ct = C_table.at(t);
+    Acc y = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      h[n] = gate[n] * h[n] + du * Bt[n];
+      y += Ct[n] * h[n];
+    }
+    y += r.D * u;
+    if (p.z.data) y *= silu(r.seq(p.z, t));
+    out[p.out.offset(b, d, t)] = static_cast<In>(y);
+  }
+  for (; k <= r.last_seq(); ++k) {  // the last sequence, then empty ones keep their initial state
+    for (int64_t n = 0; n < N; ++n) last[r.state_index(k, n)] = h[n];
+    if (k < r.last_seq()) r.load_initial(k + 1, h.data());
+  }
 }
 
 template <class In, class Acc>
 void forward_rows(const SelectiveScanParams& p) {
-  for_each_row(p, [&](int64_t b, int64_t d) {
-    const Row<In, Acc> r(p, b, d);
-    const int64_t N = p.dstate;
-    std::vector<Acc> h(N), A(N);
-    for (int64_t n = 0; n < N; ++n) A[n] = r.A(n);
-    Acc* last = static_cast<Acc*>(p.last_state);
-    int64_t k = r.state_row();
-    int64_t end = r.seq_end(k);
-    r.load_initial(k, h.data());
-    In* out = static_cast<In*>(const_cast<void*>(p.out.data));
-    for (int64_t t = 0; t < p.len; ++t) {
-      while (p.offsets && k + 1 < p.num_seqs && t >= end) {  // sequence k ends: save, restart
-        for (int64_t n = 0; n < N; ++n) last[r.state_index(k, n)] = h[n];
-        end = r.seq_end(++k);
-        r.load_initial(k, h.data());
-      }
-      if (p.checkpoints && t % kSelectiveScanCheckpointEvery == 0) {
-        Acc* c = static_cast<Acc*>(p.checkpoints) +
-                 ((b * p.dim + d) * p.checkpoint_chunks + t / kSelectiveScanCheckpointEvery) * N;
-        std::copy(h.begin(), h.end(), c);
-      }
-      const Acc dl = r.delta(t);
-      const Acc u = r.seq(p.u, t);
-      const Acc du = dl * u;
-      Acc y = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        h[n] = ss_exp(dl * A[n]) * h[n] + du * r.state_input(p.B, n, t);
-        y += r.state_input(p.C, n, t) * h[n];
-      }
-      y += r.D * u;
-      if (p.z.data) y *= silu(r.seq(p.z, t));
-      out[p.out.offset(b, d, t)] = static_cast<In>(y);
-    }
-    for (; k <= r.last_seq(); ++k) {  // the last sequence, then empty ones keep their initial state
-      for (int64_t n = 0; n < N; ++n) last[r.state_index(k, n)] = h[n];
-      if (k < r.last_seq()) r.load_initial(k + 1, h.data());
+  for_each_task(p, forward_channel_block(p), [&](int64_t b, int64_t g, int64_t d_lo, int64_t d_hi) {
+    StateTable<In, Acc> B_table, C_table;
+    B_table.load(p, p.B, b, g);
+    C_table.load(p, p.C, b, g);
+    for (int64_t d = d_lo; d < d_hi; ++d) {
+      B_table.load_channel(p, p.B, d);
+      C_table.load_channel(p, p.C, d);
+      forward_row(p, b, d, B_table, C_table);
     }
   });
 }
@@ -107,11 +170,15 @@ void forward_rows(const SelectiveScanParams& p) {
 // order inside the task, so the partial sums of variable B/C (over the task's channels) are
 // added in a fixed order.
 template <class In, class Acc>
-void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, int64_t b, int64_t g, int64_t cb) {
+void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, int64_t b, int64_t g, int64_t d_lo,
+                   int64_t d_hi) {
   const int64_t N = p.dstate, L = p.len;
-  const int64_t d_lo = g * p.dim_per_group + cb * gr.channel_block;
-  const int64_t d_hi = std::min(g * p.dim_per_group + p.dim_per_group, d_lo + gr.channel_block);
-  std::vector<Acc> hprev(L * N), dl(L), y(L), h(N), A(N), lam(N);
+  const int64_t cb = (d_lo - g * p.dim_per_group) / gr.channel_block;
+  // Per row: the state entering each step, its gates, delta and y.
+  std::vector<Acc> hprev(L * N), gate(L * N), dl(L), y(L), h(N), A(N), lam(N);
+  StateTable<In, Acc> B_table, C_table;
+  B_table.load(p, p.B, b, g);
+  C_table.load(p, p.C, b, g);
   // Variable B/C: this task's partial sums (batch b, group g, channel block cb), (N, L).
   Acc* dB_var = p.B.variable ? static_cast<Acc*>(gr.dB_partial) + ((cb * p.batch + b) * p.groups + g) * N * L : nullptr;
   Acc* dC_var = p.C.variable ? static_cast<Acc*>(gr.dC_partial) + ((cb * p.batch + b) * p.groups + g) * N * L : nullptr;
@@ -123,6 +190,8 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
   for (int64_t d = d_lo; d < d_hi; ++d) {
     const Row<In, Acc> r(p, b, d);
     for (int64_t n = 0; n < N; ++n) A[n] = r.A(n);
+    B_table.load_channel(p, p.B, d);
+    C_table.load_channel(p, p.C, d);
     // ---- recompute the forward: the state entering each step, and y ----
     int64_t k = r.state_row();
     int64_t end = r.seq_end(k);
@@ -134,11 +203,15 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
       }
       dl[t] = r.delta(t);
       const Acc du = dl[t] * r.seq(p.u, t);
+      Acc* gate_t = gate.data() + t * N;
+      gates(dl[t], A.data(), N, gate_t);
+      const Acc* Bt = B_table.at(t);
+      const Acc* Ct = C_table.at(t);
       Acc yt = 0;
       for (int64_t n = 0; n < N; ++n) {
         hprev[t * N + n] = h[n];
-        h[n] = ss_exp(dl[t] * A[n]) * h[n] + du * r.state_input(p.B, n, t);
-        yt += r.state_input(p.C, n, t) * h[n];
+        h[n] = gate_t[n] * h[n] + du * Bt[n];
+        yt += Ct[n] * h[n];
       }
       y[t] = yt + r.D * r.seq(p.u, t);
     }
@@ -165,9 +238,11 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
       }
       dD += dy * u;
       Acc du = dy * r.D, ddl = 0;
+      const Acc* B_t = B_table.at(t);
+      const Acc* C_t = C_table.at(t);
       for (int64_t n = 0; n < N; ++n) {
-        const Acc a = ss_exp(dl[t] * A[n]);
-        const Acc Bt = r.state_input(p.B, n, t), Ct = r.state_input(p.C, n, t);
+        const Acc a = gate[t * N + n];
+        const Acc Bt = B_t[n], Ct = C_t[n];
         const Acc hp = hprev[t * N + n];
         const Acc ht = a * hp + dl[t] * u * Bt;
         const Acc l = lam[n] + Ct * dy;
@@ -200,12 +275,9 @@ void backward_task(const SelectiveScanParams& p, const SelectiveScanGrads& gr, i
 
 template <class In, class Acc>
 void backward_rows(const SelectiveScanParams& p, const SelectiveScanGrads& gr) {
-  const int64_t blocks = (p.dim_per_group + gr.channel_block - 1) / gr.channel_block;
-  const int64_t tasks = p.batch * p.groups * blocks;
-  at::parallel_for(0, tasks, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t task = lo; task < hi; ++task) {
-      backward_task<In, Acc>(p, gr, task / (p.groups * blocks), (task / blocks) % p.groups, task % blocks);
-    }
+  // The task's channels are gr.channel_block, the block of the variable dB/dC partial sums.
+  for_each_task(p, gr.channel_block, [&](int64_t b, int64_t g, int64_t d_lo, int64_t d_hi) {
+    backward_task<In, Acc>(p, gr, b, g, d_lo, d_hi);
   });
 }
 
