@@ -28,6 +28,11 @@ class Case:
     reverse: bool = False
     log_gates: bool = False
     loss: str = "both"  # both | h (final_state unused) | final (h unused)
+    seqs: Optional[Tuple[int, ...]] = None  # packed sequences (their lengths), crossing the ranks' slices
+
+    @property
+    def offsets(self):
+        return None if self.seqs is None else torch.tensor((0,) + self.seqs).cumsum(0)
 
     @property
     def dim(self):
@@ -36,13 +41,22 @@ class Case:
 
 def _cases(world):
     """Uneven and empty slices, reverse, log gates, initial states, dim not last, broadcast and
-    complex gates, partial losses; the lengths depend on the group size."""
+    complex gates, partial losses, packed sequences; the lengths depend on the group size."""
     if world == 2:
         splits = [(7, 7), (0, 9), (11, 0), (1, 30)]
+        # Across a boundary; starting exactly at one (1 | 30) or on the empty slice's side.
+        packed = [(splits[0], (3, 0, 6, 5)), (splits[3], (1, 0, 30)), (splits[1], (4, 5))]
     else:
         splits = [(5, 0, 17, 3), (0, 4, 4, 0), (0, 0, 0, 6), (9, 1, 0, 12)]
+        # Across an empty rank (2 | 10 from rank 0 to 2); at the boundaries; one through all.
+        packed = [(splits[0], (2, 10, 0, 13)), (splits[1], (4, 4)), (splits[3], (0, 22, 0))]
     s0, s1, s2, s3 = splits
+    (p0, q0), (p1, q1), (p2, q2) = packed
     return [
+        Case(p0, seqs=q0, init=True),
+        Case(p1, seqs=q1, init=True, reverse=True, log_gates=True),
+        Case(p2, seqs=q2, shape=(2, None, 3), init=True, reverse=True),
+        Case(p0, seqs=q0, dtype=torch.complex128, a_spec="1xx", log_gates=True),
         Case(s0),
         Case(s0, init=True, reverse=True),
         Case(s1, init=True),
@@ -66,6 +80,8 @@ def _full_inputs(case: Case, device):
     total = sum(case.lengths)
     shape = [total if n is None else n for n in case.shape]
     state_shape = [n for n in case.shape if n is not None]
+    if case.seqs is not None:
+        state_shape.insert(0, len(case.seqs))
 
     def draw(shape, low=None):
         real = lambda: torch.rand(shape, generator=gen, dtype=torch.float64)  # noqa: E731
@@ -118,15 +134,19 @@ def _check_case(case: Case, rank: int, world: int, device):
 
     # One process, the whole sequence; final_state is replicated, so its loss weight is the sum
     # of every rank's.
+    offsets = None if case.seqs is None else case.offsets.to(device)
     full = [_leaf(a), _leaf(b), _leaf(h0)]
-    h_full, final_full = pp.affine_scan(full[0], full[1], dim, full[2], reverse=case.reverse,
+    h_full, final_full = pp.affine_scan(full[0], full[1], dim, full[2], offsets, reverse=case.reverse,
                                         log_gates=case.log_gates)
     _loss(case, h_full, final_full, weight_h, sum(weight_final)).backward()
 
     # This rank's slice, sequence parallel.
     part = [_leaf(_time_slice(a, case, rank)), _leaf(_time_slice(b, case, rank)), _leaf(h0)]
+    local_offsets = None
+    if case.seqs is not None:
+        local_offsets = pp.distributed.local_cu_seqlens(offsets, sum(case.lengths[:rank]), case.lengths[rank])
     h, final = pp.distributed.affine_scan(part[0], part[1], dim, part[2], reverse=case.reverse,
-                                          log_gates=case.log_gates)
+                                          log_gates=case.log_gates, cu_seqlens=local_offsets)
     _loss(case, h, final, _time_slice(weight_h, case, rank), weight_final[rank]).backward()
 
     tight = dict(rtol=1e-11, atol=1e-12, msg=lambda m: f"{case} on rank {rank}: {m}")

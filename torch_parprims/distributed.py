@@ -23,6 +23,8 @@ def affine_scan(
     group=None,
     reverse: bool = False,
     log_gates: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``h_t = a_t * h_{t-1} + b_t`` along ``dim``, with the time dimension split across ``group``.
 
@@ -36,15 +38,23 @@ def affine_scan(
         a, b, dim, reverse, log_gates: as for :func:`torch_parprims.affine_scan`, on this
             rank's slice (``a`` broadcasts to ``b``; its size along ``dim`` is that of ``b`` or
             1). Every dimension other than ``dim`` must have the same size on every rank.
-        initial_state: ``h_{-1}``, shaped like ``b`` without ``dim``; zeros when ``None``.
-            Pass the same value (or ``None``) on every rank: only the first rank of the scan
-            (rank 0, or the last rank with ``reverse=True``) reads it.
+        initial_state: ``h_{-1}``, shaped like ``b`` without ``dim`` (with ``cu_seqlens``,
+            ``(S, *that)``, one per sequence); zeros when ``None``. Pass the same value (or
+            ``None``) on every rank: only the first rank of the scan (rank 0, or the last rank
+            with ``reverse=True``) reads it.
         group: the process group; every rank of it must call this function.
+        cu_seqlens: packed sequences along ``dim`` that may cross rank boundaries: the S+1
+            offsets of the whole packed sequence as seen from this rank's slice, that is the
+            global offsets minus the slice's start, clamped to ``[0, local length]`` (see
+            :func:`local_cu_seqlens`); the same S on every rank. A sequence continues its
+            state from the rank before (after, with ``reverse``); one that starts on a rank
+            does not inherit the carry. States are then per sequence.
 
     Returns:
         ``(h, final_state)``: ``h`` shaped like this rank's ``b``; ``final_state`` (shaped like
         ``initial_state``, float32 for half inputs) is the state after the whole sequence (at
-        its start with ``reverse=True``), the same on every rank.
+        its start with ``reverse=True``; per sequence with ``cu_seqlens``), the same on every
+        rank.
 
     Gradients: ``a`` and ``b`` get the gradient of their slice. ``final_state`` is one value
     replicated on every rank, so the gradients that reach it on all ranks are summed, and
@@ -57,7 +67,10 @@ def affine_scan(
     1. Each rank scans its slice from a zero state and sends ``(P, f)``: ``P`` the product of
        its gates along ``dim`` (the first rank of the scan sends 0 and folds ``initial_state``
        into ``f``), ``f`` its local final state. The pair is the affine map from the state
-       entering the slice to the state leaving it: ``out = P * in + f``.
+       entering the slice to the state leaving it: ``out = P * in + f``. With ``cu_seqlens``
+       there is one pair per sequence (a sequence absent from a slice sends the identity
+       ``(1, 0)``), and ``P`` is the final state of a run from 1 with no input (one more
+       local scan).
     2. Each rank composes the maps of the ranks before it in scan order (an exclusive scan of
        the affine monoid over ranks, a loop over the gathered summaries on the device), which
        gives its carry-in, and all of them give the global final state.
@@ -100,7 +113,16 @@ def affine_scan(
     a = _args.gate(a, b)
     dim = dim % b.dim()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    return _AffineScan.apply(a, b, initial_state, dim, group, rank, world, reverse, log_gates)
+    offsets = None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens)
+    return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
+
+
+def local_cu_seqlens(cu_seqlens: torch.Tensor, start, length: int) -> torch.Tensor:
+    """The ``cu_seqlens`` argument of :func:`affine_scan` for the slice ``[start, start +
+    length)`` of a packed sequence whose offsets are ``cu_seqlens`` (S+1 global offsets): S+1
+    offsets into the slice, the parts of sequences outside it empty. ``start`` may be a Python
+    int or a tensor on the offsets' device (no host synchronization either way)."""
+    return (cu_seqlens - start).clamp(0, length)
 
 
 # ---- the affine monoid over ranks -----------------------------------------------------------
@@ -134,11 +156,17 @@ def _all_gather(summary: torch.Tensor, world: int, group) -> torch.Tensor:
     return torch.view_as_complex(out) if complex_ else out
 
 
-def _gate_product(a: torch.Tensor, b: torch.Tensor, dim: int, log_gates: bool, state: torch.Tensor):
-    """The product of the gates along ``dim`` for every row, in the state's dtype and shape.
+def _gate_product(a: torch.Tensor, b: torch.Tensor, dim: int, log_gates: bool, state: torch.Tensor, offsets):
+    """The product of the gates along ``dim`` for every row (and sequence, with ``offsets``),
+    in the state's dtype and shape.
 
     ``a`` is expanded (not copied) to ``b``'s length along ``dim``, so a gate of size 1 there
-    counts once per step. An empty slice gives 1 (the identity map)."""
+    counts once per step. An empty slice (or sequence) gives 1 (the identity map)."""
+    if offsets is not None:
+        # Per sequence: the recurrence from 1 with no input ends at the product of the gates.
+        no_input = torch.zeros((), dtype=b.dtype, device=b.device).expand(b.shape)
+        _, product = _local_affine_scan(a, no_input, dim, torch.ones_like(state), offsets, log_gates=log_gates)
+        return product
     shape = [1] * (b.dim() - a.dim()) + list(a.shape)
     shape[dim] = b.shape[dim]
     gates = a.reshape([1] * (b.dim() - a.dim()) + list(a.shape)).expand(shape).to(state.dtype)
@@ -151,17 +179,17 @@ def _gate_product(a: torch.Tensor, b: torch.Tensor, dim: int, log_gates: bool, s
 
 class _AffineScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a, b, initial_state, dim, group, rank, world, reverse, log_gates):
+    def forward(ctx, a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates):
         first = rank == (world - 1 if reverse else 0)
         # Pass 1: the local scan from a zero state (from initial_state on the first rank, whose
         # h is then already final).
-        h, local_final = _local_affine_scan(a, b, dim, initial_state if first else None, reverse=reverse,
-                                            log_gates=log_gates)
+        h, local_final = _local_affine_scan(a, b, dim, initial_state if first else None, offsets, reverse,
+                                            log_gates)
         if first:
             # Nothing enters the first rank's slice but initial_state, already folded in.
             product = torch.zeros_like(local_final)
         else:
-            product = _gate_product(a, b, dim, log_gates, local_final)
+            product = _gate_product(a, b, dim, log_gates, local_final, offsets)
             del h  # freed before pass 2 allocates its own h
         summaries = _all_gather(torch.stack([product, local_final]), world, group)
         products, finals = summaries[:, 0], summaries[:, 1]
@@ -171,17 +199,17 @@ class _AffineScan(torch.autograd.Function):
         final_state = _compose(products, finals, everything, zero)
         if not first:
             # Pass 2: the exact local result from the carry-in.
-            h, _ = _local_affine_scan(a, b, dim, carry, reverse=reverse, log_gates=log_gates)
+            h, _ = _local_affine_scan(a, b, dim, carry, offsets, reverse, log_gates)
         ctx.dim, ctx.group, ctx.rank, ctx.world = dim, group, rank, world
         ctx.reverse, ctx.log_gates, ctx.first = reverse, log_gates, first
         ctx.initial_dtype = None if initial_state is None else initial_state.dtype
-        ctx.save_for_backward(a, b, carry if not first else initial_state, products)
+        ctx.save_for_backward(a, b, carry if not first else initial_state, products, offsets)
         return h, final_state
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_h, grad_final):
-        a, b, carry, products = ctx.saved_tensors
+        a, b, carry, products, offsets = ctx.saved_tensors
         dim, reverse, rank, world = ctx.dim, ctx.reverse, ctx.rank, ctx.world
         gate = a.exp() if ctx.log_gates else a
         gate = gate.conj() if gate.is_complex() else gate
@@ -194,7 +222,7 @@ class _AffineScan(torch.autograd.Function):
         # t runs against the scan; the state gradient leaving a slice is an affine map of the
         # one entering it, with the same gate product (conjugated) as the forward's.
         weighted = gate * grad_h
-        _, local_state_grad = _local_affine_scan(gate, weighted, dim, None, reverse=not reverse)
+        _, local_state_grad = _local_affine_scan(gate, weighted, dim, None, offsets, not reverse)
         summaries = _all_gather(torch.stack([local_state_grad, grad_final]), world, ctx.group)
         state_grads, final_grads = summaries[:, 0], summaries[:, 1]
         # final_state is replicated: its gradient is the sum of every rank's.
@@ -203,14 +231,14 @@ class _AffineScan(torch.autograd.Function):
         products_c = products.conj() if products.is_complex() else products
         grad_carry_in = _compose(products_c, state_grads, later, total_final_grad)
         # The library's backward from that gradient carry (pass 2 of the reverse scheme).
-        after, grad_carry = _ops._affine_scan_exclusive(gate, weighted, dim, grad_carry_in, None, not reverse, False)
+        after, grad_carry = _ops._affine_scan_exclusive(gate, weighted, dim, grad_carry_in, offsets, not reverse, False)
         del weighted
         # In place, into buffers the scans just allocated: the peak memory stays that of the
         # inputs plus two arrays of b's size, for sequences as long as a device holds.
         lam = after.add_(grad_h)
         grad_a = None
         if ctx.needs_input_grad[0]:
-            h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, carry, None, reverse, ctx.log_gates)
+            h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, carry, offsets, reverse, ctx.log_gates)
             grad_a = (h_prev.conj_physical_() if h_prev.is_complex() else h_prev).mul_(lam)
             if ctx.log_gates:
                 grad_a.mul_(gate)
@@ -220,4 +248,4 @@ class _AffineScan(torch.autograd.Function):
             # Only the first rank read initial_state; elsewhere it had no effect.
             grad_initial = grad_carry if ctx.first else torch.zeros_like(grad_carry)
             grad_initial = grad_initial.to(ctx.initial_dtype)
-        return grad_a, lam, grad_initial, None, None, None, None, None, None
+        return grad_a, lam, grad_initial, None, None, None, None, None, None, None
