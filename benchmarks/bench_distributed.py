@@ -17,10 +17,10 @@ Per mode: the median time over ``--reps`` calls (each call between a barrier and
 synchronize; the slowest rank's median), the peak memory of each rank (the largest, on CUDA),
 and on rank 0 the same op on the whole sequence on one device (skipped, or "oom", when it does
 not fit), with the speedup and the relative error of the distributed final state against it.
-``--longest`` also doubles T from the given length until forward+backward no longer fits, on
-one device and across the group (a distributed size is tried only when the peak of the last one,
-scaled, is predicted to fit: a rank that runs out of memory inside a collective would leave the
-others waiting).
+``--longest`` also doubles T from a sixteenth of the given length (to 8 times it) until
+forward+backward no longer fits, on one device and across the group (a distributed size is
+tried only when the peak of the last one, scaled, is predicted to fit: a rank that runs out of
+memory inside a collective would leave the others waiting).
 
 Writes ``<out>/distributed-<device slug>-<world>ranks.json`` (rank 0) and prints a table.
 """
@@ -244,24 +244,24 @@ def fits(scan_fn, B, C, start, stop, device):
             torch.cuda.empty_cache()
 
 
-def longest(args, device, limit_doublings=8):
-    """The longest power-of-two multiple of T that forward+backward runs on, one device and all."""
+def longest(args, device, doublings=8):
+    """The longest of T/16, T/8, ..., 8T that forward+backward runs on, one device and all."""
     B, C, T = args.shape
     rank, world = dist.get_rank(), dist.get_world_size()
+    lengths = [max(1, T >> 4) << k for k in range(doublings)]
     # A length equal to searched_up_to_T may not be the limit: the search stopped there.
-    result = {"mode": "fwd+bwd", "B": B, "C": C, "ranks": world, "searched_up_to_T": T << (limit_doublings - 1)}
+    result = {"mode": "fwd+bwd", "B": B, "C": C, "ranks": world, "searched_up_to_T": lengths[-1]}
     if rank == 0:
         length = None
-        for k in range(limit_doublings):
-            if not fits(pp.affine_scan, B, C, 0, T << k, device):
+        for n in lengths:
+            if not fits(pp.affine_scan, B, C, 0, n, device):
                 break
-            length = T << k
+            length = n
         result["one_device_longest_T"] = length
     dist.barrier()
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     length, peak = None, None
-    for k in range(limit_doublings):
-        n = T << k
+    for n in lengths:
         if peak is not None and total is not None and slowest(2 * peak) > 0.92 * total:
             break  # predicted not to fit: see the module docstring
         if device.type == "cuda":
