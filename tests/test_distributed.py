@@ -152,6 +152,9 @@ def _check_case(case: Case, rank: int, world: int, device):
     tight = dict(rtol=1e-11, atol=1e-12, msg=lambda m: f"{case} on rank {rank}: {m}")
     torch.testing.assert_close(h, _time_slice(h_full, case, rank).detach(), **tight)
     torch.testing.assert_close(final, final_full.detach(), **tight)
+    every_final = [torch.empty_like(final) for _ in range(world)]
+    dist.all_gather(every_final, final.detach().contiguous())
+    assert all(torch.equal(f, final) for f in every_final), f"{case}: final_state differs between ranks"
     torch.testing.assert_close(part[1].grad, _time_slice(full[1].grad, case, rank), **tight)
     if isinstance(a, torch.Tensor):
         grad_a = part[0].grad
