@@ -10,8 +10,9 @@ Launch with torchrun, one process per GPU (NCCL), or on the CPU with gloo::
 Case: affine ``(B, C, T) = (1, 2048, 2^22)`` float32 along the last dim (each of a, b, h is 32 GiB
 whole; ``--quick``: ``(1, 8, 2^12)``), gates in [0.9, 1), ``forward`` and ``forward+backward``
 (the gradient of h is b), and for comparison the forward of the other scheme, a send/recv
-chain of states from rank to rank (``chain_affine_scan``). Every rank generates its own slice from a formula of the (time,
-channel) position, so the split data is exactly the whole sequence's.
+chain of states from rank to rank (``chain_affine_scan``). Every rank generates its own slice
+from a formula of the (time, channel) position, so the split data is exactly the whole
+sequence's.
 
 Per mode: the median time over ``--reps`` calls (each call between a barrier and a device
 synchronize; the slowest rank's median), the peak memory of each rank (the largest, on CUDA),
@@ -213,7 +214,8 @@ def strong_scaling(args, device):
     distributed = split(B, C, T, device, args.reps)
     rows = []
     for mode, (ms, peak, final) in distributed.items():
-        row = {"mode": mode, "shape": [B, C, T], "dtype": "float32", "ranks": world, "ms": ms, "peak_gib_per_rank": peak}
+        row = {"mode": mode, "shape": [B, C, T], "dtype": "float32", "ranks": world, "ms": ms,
+               "peak_gib_per_rank": peak}
         base = baseline.get("fwd" if mode == CHAIN else mode)
         if base == "oom":
             row["one_device"] = "oom"
