@@ -59,7 +59,9 @@ def affine_scan(
     Gradients: ``a`` and ``b`` get the gradient of their slice. ``final_state`` is one value
     replicated on every rank, so the gradients that reach it on all ranks are summed, and
     ``initial_state``'s gradient arrives on the rank that read it (zeros elsewhere): summing
-    (all-reducing) it over the group gives the gradient of the shared initial state.
+    (all-reducing) it over the group gives the gradient of the shared initial state. The same
+    holds for gates of size 1 along ``dim`` (shared by every step): each rank gets its steps'
+    share of their gradient.
 
     Communication: one all-gather per call (forward, and again in the backward) of a per-row
     summary, sized (rows x state), never the sequence:
@@ -96,7 +98,6 @@ def affine_scan(
 
         import torch, torch.distributed as dist
         import torch_parprims as pp
-        import torch_parprims.distributed  # noqa: F401
 
         dist.init_process_group("nccl")
         rank, world = dist.get_rank(), dist.get_world_size()
