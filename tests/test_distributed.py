@@ -70,6 +70,8 @@ def _cases(world):
         Case(s1, a_spec="scalar", reverse=True),
         Case(s3, dtype=torch.complex128, init=True),
         Case(s2, dtype=torch.complex128, init=True, reverse=True, log_gates=True),
+        # Half inputs: float32 states, an initial state in the input dtype; bfloat16 rounding.
+        Case(s3, dtype=torch.bfloat16, init=True, reverse=True),
     ]
 
 
@@ -149,23 +151,26 @@ def _check_case(case: Case, rank: int, world: int, device):
                                           log_gates=case.log_gates, cu_seqlens=local_offsets)
     _loss(case, h, final, _time_slice(weight_h, case, rank), weight_final[rank]).backward()
 
-    tight = dict(rtol=1e-11, atol=1e-12, msg=lambda m: f"{case} on rank {rank}: {m}")
-    torch.testing.assert_close(h, _time_slice(h_full, case, rank).detach(), **tight)
-    torch.testing.assert_close(final, final_full.detach(), **tight)
+    # The carry crosses ranks in the state dtype (float32 for half inputs), as it crosses
+    # positions in one process; only the rounding of h to bfloat16 may differ by an ulp.
+    rtol, atol = (2e-2, 2e-2) if case.dtype == torch.bfloat16 else (1e-11, 1e-12)
+    close = dict(rtol=rtol, atol=atol, msg=lambda m: f"{case} on rank {rank}: {m}")
+    torch.testing.assert_close(h, _time_slice(h_full, case, rank).detach(), **close)
+    torch.testing.assert_close(final, final_full.detach(), **close)
     every_final = [torch.empty_like(final) for _ in range(world)]
     dist.all_gather(every_final, final.detach().contiguous())
     assert all(torch.equal(f, final) for f in every_final), f"{case}: final_state differs between ranks"
-    torch.testing.assert_close(part[1].grad, _time_slice(full[1].grad, case, rank), **tight)
+    torch.testing.assert_close(part[1].grad, _time_slice(full[1].grad, case, rank), **close)
     if isinstance(a, torch.Tensor):
         grad_a = part[0].grad
         if a.shape[case.dim] == 1:  # the same gate on every rank: each holds its steps' share
             dist.all_reduce(grad_a)
-        torch.testing.assert_close(grad_a, _time_slice(full[0].grad, case, rank), **tight)
+        torch.testing.assert_close(grad_a, _time_slice(full[0].grad, case, rank), **close)
     if h0 is not None:
         # Only the rank that starts the scan reads initial_state; the sum over ranks is its gradient.
         grad_h0 = part[2].grad.clone()
         dist.all_reduce(grad_h0)
-        torch.testing.assert_close(grad_h0, full[2].grad, **tight)
+        torch.testing.assert_close(grad_h0, full[2].grad, **close)
 
 
 def _worker(rank, world, init_file, backend):
