@@ -24,6 +24,7 @@ from .ops.compact import (  # noqa: E402
     unpad,
 )
 from . import nn  # noqa: E402  (model layers; imports only torch and the ops above)
+from . import distributed  # noqa: E402  (sequence parallel; needs a process group only when called)
 
 __all__ = [
     "scan",
@@ -46,4 +47,5 @@ __all__ = [
     "set_checks",
     "cuda_kernels_built",
     "nn",
+    "distributed",
 ]

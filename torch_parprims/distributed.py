@@ -1,0 +1,252 @@
+"""Sequence parallelism over torch.distributed: a recurrence whose time dimension is split
+across the ranks of a process group.
+
+Importing this module does not initialize (or need) a process group; the collectives run only
+when a function is called, through ``torch.distributed`` (NCCL on GPUs, gloo on the CPU).
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .ops import _args
+from .ops.affine import affine_scan as _local_affine_scan
+
+_ops = torch.ops.parprims
+
+
+def affine_scan(
+    a,
+    b: torch.Tensor,
+    dim: int = -1,
+    initial_state: Optional[torch.Tensor] = None,
+    group=None,
+    reverse: bool = False,
+    log_gates: bool = False,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``h_t = a_t * h_{t-1} + b_t`` along ``dim``, with the time dimension split across ``group``.
+
+    Every rank of ``group`` (the default process group when ``None``) holds a contiguous slice
+    of the time dimension, in rank order: rank 0 the first steps, the last rank the last ones.
+    Slices may have different lengths, empty ones included. Each rank gets its slice of the
+    ``h`` that :func:`torch_parprims.affine_scan` computes on the whole sequence in one
+    process, and the global final state.
+
+    Args:
+        a, b, dim, reverse, log_gates: as for :func:`torch_parprims.affine_scan`, on this
+            rank's slice (``a`` broadcasts to ``b``; its size along ``dim`` is that of ``b`` or
+            1). Every dimension other than ``dim`` must have the same size on every rank.
+        initial_state: ``h_{-1}``, shaped like ``b`` without ``dim`` (with ``cu_seqlens``,
+            ``(S, *that)``, one per sequence); zeros when ``None``. Pass the same value (or
+            ``None``) on every rank: only the first rank of the scan (rank 0, or the last rank
+            with ``reverse=True``) reads it.
+        group: the process group; every rank of it must call this function.
+        cu_seqlens: packed sequences along ``dim`` that may cross rank boundaries: the S+1
+            offsets of the whole packed sequence as seen from this rank's slice, that is the
+            global offsets minus the slice's start, clamped to ``[0, local length]`` (see
+            :func:`local_cu_seqlens`); the same S on every rank. A sequence continues its
+            state from the rank before (after, with ``reverse``); one that starts on a rank
+            does not inherit the carry. States are then per sequence.
+
+    Returns:
+        ``(h, final_state)``: ``h`` shaped like this rank's ``b``; ``final_state`` (shaped like
+        ``initial_state``, float32 for half inputs) is the state after the whole sequence (at
+        its start with ``reverse=True``; per sequence with ``cu_seqlens``), the same on every
+        rank.
+
+    Gradients: ``a`` and ``b`` get the gradient of their slice. ``final_state`` is one value
+    replicated on every rank, so the gradients that reach it on all ranks are summed, and
+    ``initial_state``'s gradient arrives on the rank that read it (zeros elsewhere): summing
+    (all-reducing) it over the group gives the gradient of the shared initial state. The same
+    holds for gates of size 1 along ``dim`` (shared by every step): each rank gets its steps'
+    share of their gradient.
+
+    Communication: one all-gather per call (forward, and again in the backward) of a per-row
+    summary, sized (rows x state), never the sequence:
+
+    1. Each rank scans its slice from a zero state and sends ``(P, f)``: ``P`` the product of
+       its gates along ``dim`` (the first rank of the scan sends 0 and folds ``initial_state``
+       into ``f``), ``f`` its local final state. The pair is the affine map from the state
+       entering the slice to the state leaving it: ``out = P * in + f``. With ``cu_seqlens``
+       there is one pair per sequence (a sequence absent from a slice sends the identity
+       ``(1, 0)``), and ``P`` is the final state of a run from 1 with no input (one more
+       local scan).
+    2. Each rank composes the maps of the ranks before it in scan order (an exclusive scan of
+       the affine monoid over ranks, a loop over the gathered summaries on the device), which
+       gives its carry-in, and all of them give the global final state.
+    3. Each rank other than the first reruns its local scan with ``initial_state=carry``.
+       Rerunning is exact (the same recurrence one process runs, from the right state) and
+       cheapest in memory: the first pass's ``h`` is freed before the second pass allocates
+       its own, whereas correcting ``h`` by ``cumprod(a) * carry`` keeps a cumulative gate
+       product as large as ``a`` alive (and can overflow where ``h`` does not). It also moves
+       fewer bytes: pass 1 (read a, b; write h), the gate product (read a) and pass 2 (read
+       a, b; write h) are 7 slice-sized arrays, against 8 for scan, ``cumprod`` and fix-up.
+       One process moves 3 arrays of the whole sequence, so on W ranks the forward is at most
+       3W/7 times as fast as on one (the first rank of the scan runs pass 1 only); the gain is
+       memory: a rank holds its slice only, so W ranks run a sequence W times as long.
+
+    The backward is the same scheme in the other direction (the gradient crosses the ranks
+    from the last to the first): each rank runs the reverse scan of the incoming gradient
+    from zero, the ranks all-gather that local state gradient with their share of the
+    gradient of ``final_state``, compose the later ranks' maps (with the gate products saved
+    by the forward), and rerun the library's backward from the right gradient carry.
+    No host synchronization besides the collectives themselves.
+
+    Example (``torchrun --nproc-per-node=2 example.py``)::
+
+        import torch, torch.distributed as dist
+        import torch_parprims as pp
+
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        torch.cuda.set_device(rank)
+        torch.manual_seed(0)  # the same full sequence on every rank, for the illustration
+        a, b = torch.rand(4, 8, 1000, device="cuda"), torch.randn(4, 8, 1000, device="cuda")
+        part = slice(rank * 1000 // world, (rank + 1) * 1000 // world)
+        h, last = pp.distributed.affine_scan(a[..., part], b[..., part])
+        h_full, last_full = pp.affine_scan(a, b)
+        assert torch.allclose(h, h_full[..., part]) and torch.allclose(last, last_full)
+    """
+    import torch.distributed as dist
+
+    a = _args.gate(a, b)
+    dim = dim % b.dim()
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    offsets = None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens)
+    return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
+
+
+def local_cu_seqlens(cu_seqlens: torch.Tensor, start, length: int) -> torch.Tensor:
+    """The ``cu_seqlens`` argument of :func:`affine_scan` for the slice ``[start, start +
+    length)`` of a packed sequence whose offsets are ``cu_seqlens`` (S+1 global offsets): S+1
+    offsets into the slice, the parts of sequences outside it empty. ``start`` may be a Python
+    int or a tensor on the offsets' device (no host synchronization either way)."""
+    return (cu_seqlens - start).clamp(0, length)
+
+
+# ---- the affine monoid over ranks -----------------------------------------------------------
+
+
+def _scan_order(rank: int, world: int, reverse: bool):
+    """The ranks whose slices the scan passes before ``rank``'s, in the order it passes them."""
+    return range(world - 1, rank, -1) if reverse else range(rank)
+
+
+def _compose(products: torch.Tensor, finals: torch.Tensor, ranks, start: torch.Tensor) -> torch.Tensor:
+    """The state after passing ``ranks`` in order from ``start``: ``s = P_r * s + f_r`` each."""
+    state = start
+    for r in ranks:
+        state = torch.addcmul(finals[r], products[r], state)
+    return state
+
+
+def _all_gather(summary: torch.Tensor, world: int, group) -> torch.Tensor:
+    """``(world, *summary.shape)``: every rank's summary, in group-rank order (complex as real
+    pairs, which every backend carries)."""
+    import torch.distributed as dist
+
+    complex_ = summary.is_complex()
+    send = torch.view_as_real(summary) if complex_ else summary
+    send = send.contiguous()
+    # Concatenated along dim 0, the form every backend accepts (gloo refuses a stacked output).
+    out = send.new_empty((world * send.shape[0],) + tuple(send.shape[1:]))
+    dist.all_gather_into_tensor(out, send, group=group)
+    out = out.view((world,) + tuple(send.shape))
+    return torch.view_as_complex(out) if complex_ else out
+
+
+def _gate_product(a: torch.Tensor, b: torch.Tensor, dim: int, log_gates: bool, state: torch.Tensor, offsets):
+    """The product of the gates along ``dim`` for every row (and sequence, with ``offsets``),
+    in the state's dtype and shape.
+
+    ``a`` is expanded (not copied) to ``b``'s length along ``dim``, so a gate of size 1 there
+    counts once per step. An empty slice (or sequence) gives 1 (the identity map)."""
+    if offsets is not None:
+        # Per sequence: the recurrence from 1 with no input ends at the product of the gates.
+        no_input = torch.zeros((), dtype=b.dtype, device=b.device).expand(b.shape)
+        _, product = _local_affine_scan(a, no_input, dim, torch.ones_like(state), offsets, log_gates=log_gates)
+        return product
+    shape = [1] * (b.dim() - a.dim()) + list(a.shape)
+    shape[dim] = b.shape[dim]
+    gates = a.reshape([1] * (b.dim() - a.dim()) + list(a.shape)).expand(shape).to(state.dtype)
+    product = gates.sum(dim).exp() if log_gates else gates.prod(dim)
+    return product.expand_as(state)
+
+
+# ---- autograd -------------------------------------------------------------------------------
+
+
+class _AffineScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates):
+        first = rank == (world - 1 if reverse else 0)
+        # Pass 1: the local scan from a zero state (from initial_state on the first rank, whose
+        # h is then already final).
+        h, local_final = _local_affine_scan(a, b, dim, initial_state if first else None, offsets, reverse,
+                                            log_gates)
+        if first:
+            # Nothing enters the first rank's slice but initial_state, already folded in.
+            product = torch.zeros_like(local_final)
+        else:
+            product = _gate_product(a, b, dim, log_gates, local_final, offsets)
+            del h  # freed before pass 2 allocates its own h
+        summaries = _all_gather(torch.stack([product, local_final]), world, group)
+        products, finals = summaries[:, 0], summaries[:, 1]
+        zero = torch.zeros_like(local_final)
+        carry = _compose(products, finals, _scan_order(rank, world, reverse), zero)
+        everything = range(world - 1, -1, -1) if reverse else range(world)
+        final_state = _compose(products, finals, everything, zero)
+        if not first:
+            # Pass 2: the exact local result from the carry-in.
+            h, _ = _local_affine_scan(a, b, dim, carry, offsets, reverse, log_gates)
+        ctx.dim, ctx.group, ctx.rank, ctx.world = dim, group, rank, world
+        ctx.reverse, ctx.log_gates, ctx.first = reverse, log_gates, first
+        ctx.initial_dtype = None if initial_state is None else initial_state.dtype
+        ctx.save_for_backward(a, b, carry if not first else initial_state, products, offsets)
+        return h, final_state
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h, grad_final):
+        a, b, carry, products, offsets = ctx.saved_tensors
+        dim, reverse, rank, world = ctx.dim, ctx.reverse, ctx.rank, ctx.world
+        gate = a.exp() if ctx.log_gates else a
+        gate = gate.conj() if gate.is_complex() else gate
+        gate = gate.expand_as(b)
+        if grad_h is None:
+            grad_h = torch.zeros_like(b)
+        if grad_final is None:
+            grad_final = torch.zeros(products.shape[1:], dtype=products.dtype, device=products.device)
+        # mu_t = conj(a_t) * (grad_h_t + mu_{t+1}): the gradient reaching the state before step
+        # t runs against the scan; the state gradient leaving a slice is an affine map of the
+        # one entering it, with the same gate product (conjugated) as the forward's.
+        weighted = gate * grad_h
+        _, local_state_grad = _local_affine_scan(gate, weighted, dim, None, offsets, not reverse)
+        summaries = _all_gather(torch.stack([local_state_grad, grad_final]), world, ctx.group)
+        state_grads, final_grads = summaries[:, 0], summaries[:, 1]
+        # final_state is replicated: its gradient is the sum of every rank's.
+        total_final_grad = final_grads.sum(0)
+        later = _scan_order(rank, world, not reverse)
+        products_c = products.conj() if products.is_complex() else products
+        grad_carry_in = _compose(products_c, state_grads, later, total_final_grad)
+        # The library's backward from that gradient carry (pass 2 of the reverse scheme).
+        after, grad_carry = _ops._affine_scan_exclusive(gate, weighted, dim, grad_carry_in, offsets, not reverse, False)
+        del weighted
+        # In place, into buffers the scans just allocated: the peak memory stays that of the
+        # inputs plus two arrays of b's size, for sequences as long as a device holds.
+        lam = after.add_(grad_h)
+        grad_a = None
+        if ctx.needs_input_grad[0]:
+            h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, carry, offsets, reverse, ctx.log_gates)
+            grad_a = (h_prev.conj_physical_() if h_prev.is_complex() else h_prev).mul_(lam)
+            if ctx.log_gates:
+                grad_a.mul_(gate)
+            grad_a = grad_a.sum_to_size(a.shape)
+        grad_initial = None
+        if ctx.initial_dtype is not None and ctx.needs_input_grad[2]:
+            # Only the first rank read initial_state; elsewhere it had no effect.
+            grad_initial = grad_carry if ctx.first else torch.zeros_like(grad_carry)
+            grad_initial = grad_initial.to(ctx.initial_dtype)
+        return grad_a, lam, grad_initial, None, None, None, None, None, None, None
