@@ -62,8 +62,10 @@ struct SelectiveScanPolicy {
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on
   // the previous chunk (the rest, only for N <= 8 or N > 32, load when the chunk is staged).
   static constexpr int kPrefetchRounds = 4;
-  // The forward asks the compiler for at most 65536 / (3 * kThreads) registers, so that three
-  // blocks share an SM (Mamba's shapes have about three blocks per SM of an H100/H200).
+  // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
+  // the forward 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in
+  // one wave on 132 SMs (4 blocks: 1.9x slower there; see benchmarks/NOTES.md); the backward 4
+  // (128 registers; uncapped it wanted 154, 3 blocks per SM).
   static constexpr int kForwardMinBlocksPerSM = 6;
   static constexpr int kBackwardMinBlocksPerSM = 4;
 };
