@@ -64,7 +64,7 @@ struct SelectiveScanPolicy {
   static constexpr int kPrefetchRounds = 4;
   // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
   // the forward 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in
-  // one wave on 132 SMs (4 blocks: 1.9x slower there; see benchmarks/NOTES.md); the backward 4
+  // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 4
   // (128 registers; uncapped it wanted 154, 3 blocks per SM).
   static constexpr int kForwardMinBlocksPerSM = 6;
   static constexpr int kBackwardMinBlocksPerSM = 4;
