@@ -85,7 +85,8 @@ fi
 python3 - <<'EOF' 2>&1 | tee -a "$SUMMARY"
 try:
     import torch, torch_parprims  # noqa: F401
-    ops = ["scan", "segmented_scan", "affine_scan", "matrix_affine_scan"]
+    ops = ["scan", "segmented_scan", "affine_scan", "matrix_affine_scan", "_selective_scan_forward",
+           "selective_state_update", "compact_capacity"]
     have = {op: torch._C._dispatch_has_kernel_for_dispatch_key(f"parprims::{op}", "CUDA") for op in ops}
     print("CUDA kernels registered:", " ".join(f"{k}={'yes' if v else 'NO'}" for k, v in have.items()))
     if have["scan"]:
