@@ -535,7 +535,7 @@ def t(*shape, dtype=torch.float32):
 _b, _d, _L, _n = 2, 4, 10, 3
 _PACKED = lambda: dict(u=t(1, _d, _L), delta=t(1, _d, _L), B=t(1, _n, _L), C=t(1, _n, _L), z=None)
 
-# (id, changes to the arguments of a good call, message pattern[, xfail reason])
+# (id, changes to the arguments of a good call, message pattern)
 BAD_CASES = [
     ("u_rank", lambda: dict(u=t(_b, _d)), r"^u: expected shape \(batch, dim, L\)"),
     ("u_int", lambda: dict(u=torch.ones(_b, _d, _L, dtype=torch.int32)), r"^u: expected torch.float32"),
@@ -570,11 +570,7 @@ BAD_CASES = [
 
 
 def _bad_params():
-    out = []
-    for case in BAD_CASES:
-        marks = pytest.mark.xfail(strict=True, reason=case[3]) if len(case) > 3 else ()
-        out.append(pytest.param(case[1], case[2], id=case[0], marks=marks))
-    return out
+    return [pytest.param(changes, pattern, id=name) for name, changes, pattern in BAD_CASES]
 
 
 @pytest.mark.parametrize("changes,pattern", _bad_params())
