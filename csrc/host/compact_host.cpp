@@ -113,7 +113,7 @@ std::tuple<at::Tensor, at::Tensor> compact_exact(const at::Tensor& x, const at::
                                                  bool return_indices, CompactRunner run) {
   check_mask(mask, x);
   const bool elements = selects_elements(x, mask, dim);
-  // The one host synchronization of the family: the output's size is the count.
+  // The exact form syncs (as x[mask] does): the output's size is the count.
   const int64_t count = mask.count_nonzero().item<int64_t>();
   if (elements) {
     const auto c = prepare_compact(x.reshape({-1}), mask.reshape({-1}), count, 0, return_indices);
