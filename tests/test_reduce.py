@@ -315,6 +315,10 @@ def test_invalid_offsets_stay_in_bounds_on_cuda(device):
     pp.histogram(x[:, 0], 8, (-1.0, 1.0), offsets=bad)
     pp.histogram(x[:, 0], 8, (-1.0, 1.0), weights=x[:, 1], offsets=bad)
     _ops._histogram_bin_index(x[:, 0], 8, -1.0, 1.0, bad)
+    no_sequences = torch.zeros(1, dtype=torch.int64, device=device)  # claims none of the 10 elements
+    assert pp.segment_reduce(x, no_sequences, "sum").shape == (0, 2)
+    assert pp.histogram(x[:, 0], 8, (-1.0, 1.0), offsets=no_sequences).shape == (0, 8)
+    assert _ops._histogram_bin_index(x[:, 0], 8, -1.0, 1.0, no_sequences).tolist() == [-1] * 10
     torch.cuda.synchronize()
 
 
@@ -469,3 +473,12 @@ def test_reduce_compile(s, device):
     (g,) = torch.autograd.grad(out.nan_to_num(0).sum(), x)
     (want_g,) = torch.autograd.grad(want.nan_to_num(0).sum(), x)
     torch.testing.assert_close(g, want_g, equal_nan=True)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from torch_parprims.ops import reduce as module
+
+    result = doctest.testmod(module, raise_on_error=False, verbose=False)
+    assert result.attempted > 0 and result.failed == 0

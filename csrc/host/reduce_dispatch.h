@@ -18,7 +18,9 @@ template <class M, class In, class Out, class Engine>
 void run_reduce(const PreparedReduce& c, Engine& engine) {
   using Traits = ReduceTraits<M>;
   c.out.fill_(at::Scalar(Traits::empty_result()));
-  if (c.in.numel() == 0) return;
+  // No outputs (no sequences) leaves nothing to do; on CUDA, unvalidated offsets may then
+  // still claim elements, and the engine's segment search needs at least one segment.
+  if (c.in.numel() == 0 || c.out.numel() == 0) return;
   ReduceProblem<M, In, Out> p;
   p.in = static_cast<const In*>(c.in.const_data_ptr());
   p.out = static_cast<Out*>(c.out.data_ptr());

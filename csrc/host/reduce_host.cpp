@@ -126,8 +126,11 @@ PreparedHistogram prepare_bins(const at::Tensor& x, int64_t bins, double lo, dou
 at::Tensor histogram_bin_index(const at::Tensor& x, int64_t bins, double lo, double hi,
                                const std::optional<at::Tensor>& offsets, HistogramRunner run) {
   PreparedHistogram c = prepare_bins(x, bins, lo, hi, offsets);
-  c.index = at::empty({c.x.numel()}, x.options().dtype(at::kLong));
-  if (c.x.numel() > 0) run(c);
+  // No sequences: every value is skipped (only unvalidated CUDA offsets get here with values).
+  const bool no_sequences = c.offsets.defined() && c.offsets.numel() == 1;
+  c.index = no_sequences ? at::full({c.x.numel()}, -1, x.options().dtype(at::kLong))
+                         : at::empty({c.x.numel()}, x.options().dtype(at::kLong));
+  if (c.x.numel() > 0 && !no_sequences) run(c);
   return c.index.view(x.sizes());
 }
 
