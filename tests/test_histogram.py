@@ -188,3 +188,20 @@ def test_histogram_compile(s, device):
         (g,) = torch.autograd.grad((out * out).sum(), w)
         (want_g,) = torch.autograd.grad((want * want).sum(), w)
         torch.testing.assert_close(g, want_g)
+
+
+def test_histogram_under_deterministic_algorithms(device):
+    """Counts are exact and reproducible; CUDA weight sums add in atomic order, so the weighted
+    form raises there, as index_add_ does."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        x, w = torch.randn(5000, device=device), torch.rand(5000, device=device)
+        assert torch.equal(pp.histogram(x, 10, (-1.0, 1.0)), pp.histogram(x, 10, (-1.0, 1.0)))
+        if device.startswith("cuda"):
+            with pytest.raises(RuntimeError, match="torch_parprims.histogram with weights on CUDA"):
+                pp.histogram(x, 10, (-1.0, 1.0), w)
+        else:
+            assert torch.equal(pp.histogram(x, 10, (-1.0, 1.0), w), pp.histogram(x, 10, (-1.0, 1.0), w))
+    finally:
+        torch.use_deterministic_algorithms(was)

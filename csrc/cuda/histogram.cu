@@ -8,6 +8,7 @@
 // (many short ones) adds each value straight into the output with a global atomic. Counts are
 // 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and 64-bit in
 // the output, so they are exact at any count. Nothing is read back to the host.
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -216,6 +217,8 @@ void histogram(const host::PreparedHistogram& c) {
   if (c.index.defined()) {
     return host::visit_floating(c.x.scalar_type(), [&](auto tag) { launch_bin_index<typename decltype(tag)::type>(c); });
   }
+  // Weight sums add floats in the order the atomics land; counts are exact integers.
+  if (c.weights.defined()) at::globalContext().alertNotDeterministic("torch_parprims.histogram with weights on CUDA");
   switch (c.out.scalar_type()) {
     case at::kLong: return histogram_for<int64_t>(c);
     case at::kFloat: return histogram_for<float>(c);

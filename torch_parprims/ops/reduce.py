@@ -125,7 +125,8 @@ def histogram(
         range: ``(lo, hi)``, finite, ``lo < hi``.
         weights: optional floating tensor of ``x``'s shape: each value adds its weight
             instead of 1. The sums accumulate in float32 (float64 for float64 weights); on CUDA
-            their order is not fixed, so the rounding may differ between runs.
+            their order is not fixed, so the rounding may differ between runs (and
+            ``torch.use_deterministic_algorithms(True)`` raises, as for ``index_add_``).
         offsets: optional 1-D int32/int64 sequence boundaries (as in :func:`segment_reduce`):
             one histogram per sequence.
         cu_seqlens: a keyword alias of ``offsets``.
