@@ -247,7 +247,11 @@ def test_segment_reduce_grad_matches_reference(op, dtype, device):
 # ---- opcheck, torch.compile, CUDA graphs --------------------------------------------------
 
 
-@pytest.mark.parametrize("s", sample_params(SEGMENT_SAMPLES, "check"))
+# opcheck compares outputs and gradients without equal_nan: finite inputs only.
+FINITE = ("normal", "ties", "zeros")
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SEGMENT_SAMPLES if s.values in FINITE], "check"))
 def test_segment_reduce_opcheck(s, device):
     x, offsets, _ = s.make(device)
     if s.dtype.is_floating_point:
@@ -451,7 +455,7 @@ def test_reduce_ties_go_to_the_first_unmasked(device):
     assert x.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]]
 
 
-@pytest.mark.parametrize("s", sample_params(REDUCE_SAMPLES, "check"))
+@pytest.mark.parametrize("s", sample_params([s for s in REDUCE_SAMPLES if s.values in FINITE], "check"))
 def test_reduce_opcheck(s, device):
     x, mask = s.make(device)
     if s.dtype.is_floating_point:
