@@ -15,16 +15,7 @@
 namespace parprims::cpu {
 namespace {
 
-void run_reduce(const host::PreparedReduce& c) {
-  switch (c.op) {
-    case host::ReduceOp::kSum:
-    case host::ReduceOp::kMean: return host::dispatch_reduce_sum_mean(c, Engine{});
-    case host::ReduceOp::kMax:
-    case host::ReduceOp::kMin: return host::dispatch_reduce_max_min(c, Engine{});
-    case host::ReduceOp::kProd:
-    case host::ReduceOp::kLogSumExp: return host::dispatch_reduce_prod_logsumexp(c, Engine{});
-  }
-}
+void run_reduce(const host::PreparedReduce& c) { host::dispatch_reduce(c, Engine{}); }
 
 // Elements per task of a histogram over one long range (each task fills its own bins).
 constexpr int64_t kHistogramChunk = 1 << 16;

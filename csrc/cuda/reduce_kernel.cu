@@ -1,5 +1,5 @@
 // The CUDA ops of the reduction family: segment_reduce and reduce on the CUDA scan engine
-// (reduce_sum_mean.cu, reduce_max_min.cu, reduce_prod_logsumexp.cu), and the histogram
+// (reduce_<op>.cu, one unit per operator), and the histogram
 // (histogram.cu). The rest is host/reduce_host.cpp. Schemas: csrc/registration.cpp.
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -14,12 +14,12 @@ namespace {
 void run_reduce(const host::PreparedReduce& c) {
   const c10::cuda::CUDAGuard guard(c.in.device());
   switch (c.op) {
-    case host::ReduceOp::kSum:
-    case host::ReduceOp::kMean: return reduce_sum_mean(c);
-    case host::ReduceOp::kMax:
-    case host::ReduceOp::kMin: return reduce_max_min(c);
-    case host::ReduceOp::kProd:
-    case host::ReduceOp::kLogSumExp: return reduce_prod_logsumexp(c);
+    case host::ReduceOp::kSum: return reduce_sum(c);
+    case host::ReduceOp::kMean: return reduce_mean(c);
+    case host::ReduceOp::kMax: return reduce_max(c);
+    case host::ReduceOp::kMin: return reduce_min(c);
+    case host::ReduceOp::kProd: return reduce_prod(c);
+    case host::ReduceOp::kLogSumExp: return reduce_logsumexp(c);
   }
 }
 

@@ -1,7 +1,7 @@
 // Typed dispatch of segment_reduce and reduce onto a scan engine (CPU or CUDA): from a prepared
 // call (host/reduce_host.h) to the ReduceProblem of the input's dtype (core/reduce_problems.h).
-// One function per group of operators, so that the CUDA ones compile in their own translation
-// units (cuda/reduce_*.cu).
+// One function per operator, so that the CUDA ones compile in their own translation units
+// (cuda/reduce_<op>.cu), each about the size of one scan operator's.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -46,51 +46,74 @@ void run_reduce_accumulating(const PreparedReduce& c, Engine& engine) {
   run_reduce<M<accumulate_t<T, Engine>>, T, T>(c, engine);
 }
 
-// sum and mean; sum of integers and bool accumulates and returns int64.
-template <class Engine>
-void dispatch_reduce_sum_mean(const PreparedReduce& c, Engine engine) {
-  const bool mean = c.op == ReduceOp::kMean;
+// Integers and bool accumulate sum and prod in int64 (as torch.sum and torch.prod); floating
+// types in the accumulate type of the engine's device.
+template <template <class> class M, class Engine>
+void run_reduce_widening(const PreparedReduce& c, Engine& engine) {
   switch (c.in.scalar_type()) {
-    case at::kInt: return run_reduce<Add<int64_t>, int32_t, int64_t>(c, engine);
-    case at::kLong: return run_reduce<Add<int64_t>, int64_t, int64_t>(c, engine);
-    case at::kBool: return run_reduce<Add<int64_t>, bool, int64_t>(c, engine);
+    case at::kInt: return run_reduce<M<int64_t>, int32_t, int64_t>(c, engine);
+    case at::kLong: return run_reduce<M<int64_t>, int64_t, int64_t>(c, engine);
+    case at::kBool: return run_reduce<M<int64_t>, bool, int64_t>(c, engine);
     default:
       return visit_floating(c.in.scalar_type(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (mean) run_reduce_accumulating<SumCount, T>(c, engine);
-        else run_reduce_accumulating<Add, T>(c, engine);
+        run_reduce_accumulating<M, typename decltype(tag)::type>(c, engine);
       });
   }
 }
 
-// prod (integers and bool: int64) and logsumexp.
 template <class Engine>
-void dispatch_reduce_prod_logsumexp(const PreparedReduce& c, Engine engine) {
-  if (c.op == ReduceOp::kLogSumExp) {
-    return visit_floating(c.in.scalar_type(), [&](auto tag) {
-      run_reduce_accumulating<LogAddExp, typename decltype(tag)::type>(c, engine);
-    });
-  }
-  switch (c.in.scalar_type()) {
-    case at::kInt: return run_reduce<Mul<int64_t>, int32_t, int64_t>(c, engine);
-    case at::kLong: return run_reduce<Mul<int64_t>, int64_t, int64_t>(c, engine);
-    case at::kBool: return run_reduce<Mul<int64_t>, bool, int64_t>(c, engine);
-    default:
-      return visit_floating(c.in.scalar_type(), [&](auto tag) {
-        run_reduce_accumulating<Mul, typename decltype(tag)::type>(c, engine);
-      });
-  }
+void dispatch_reduce_sum(const PreparedReduce& c, Engine engine) {
+  run_reduce_widening<Add>(c, engine);
+}
+
+template <class Engine>
+void dispatch_reduce_prod(const PreparedReduce& c, Engine engine) {
+  run_reduce_widening<Mul>(c, engine);
+}
+
+// mean: (sum, count) pairs divided at the end; floating types only.
+template <class Engine>
+void dispatch_reduce_mean(const PreparedReduce& c, Engine engine) {
+  visit_floating(c.in.scalar_type(), [&](auto tag) {
+    run_reduce_accumulating<SumCount, typename decltype(tag)::type>(c, engine);
+  });
+}
+
+template <class Engine>
+void dispatch_reduce_logsumexp(const PreparedReduce& c, Engine engine) {
+  visit_floating(c.in.scalar_type(), [&](auto tag) {
+    run_reduce_accumulating<LogAddExp, typename decltype(tag)::type>(c, engine);
+  });
 }
 
 // max and min: exact in the compute type (float for half), keeping the dtype.
 template <class Engine>
-void dispatch_reduce_max_min(const PreparedReduce& c, Engine engine) {
-  const bool is_max = c.op == ReduceOp::kMax;
+void dispatch_reduce_max(const PreparedReduce& c, Engine engine) {
   visit_floating_and_integral(c.in.scalar_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (is_max) run_reduce<Max<compute_t<T>>, T, T>(c, engine);
-    else run_reduce<Min<compute_t<T>>, T, T>(c, engine);
+    run_reduce<Max<compute_t<T>>, T, T>(c, engine);
   });
+}
+
+template <class Engine>
+void dispatch_reduce_min(const PreparedReduce& c, Engine engine) {
+  visit_floating_and_integral(c.in.scalar_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    run_reduce<Min<compute_t<T>>, T, T>(c, engine);
+  });
+}
+
+// One call for any op (the CPU's; CUDA calls the per-op units of reduce_instantiations.h).
+template <class Engine>
+void dispatch_reduce(const PreparedReduce& c, Engine engine) {
+  switch (c.op) {
+    case ReduceOp::kSum: return dispatch_reduce_sum(c, engine);
+    case ReduceOp::kMean: return dispatch_reduce_mean(c, engine);
+    case ReduceOp::kMax: return dispatch_reduce_max(c, engine);
+    case ReduceOp::kMin: return dispatch_reduce_min(c, engine);
+    case ReduceOp::kProd: return dispatch_reduce_prod(c, engine);
+    case ReduceOp::kLogSumExp: return dispatch_reduce_logsumexp(c, engine);
+  }
 }
 
 }  // namespace parprims::host
