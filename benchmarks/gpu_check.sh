@@ -9,7 +9,7 @@
 #   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "$TEST_MARKERS" (default "not slow") -> $OUT/pytest_cuda.log
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
 #           the bench rows check every baseline's output anyway)
-#   bench   bench_scan, bench_affine_scan, bench_selective_scan and bench_compact (BENCH_SCRIPTS)
+#   bench   bench_scan, bench_affine_scan, bench_selective_scan, bench_compact, bench_reduce and bench_histogram (BENCH_SCRIPTS)
 #           --device cuda -> $OUT/bench.log, $OUT/<device>.json (the scripts merged), <device>.png
 #   models  bench_mamba_block.py (a Mamba block's fwd+bwd, tokens/s) -> $OUT/mamba-block.json
 # Always: $OUT/summary.txt, printed last. At most 6 files come back under $OUT.
@@ -136,7 +136,7 @@ if has_stage bench || has_stage selftest; then
 fi
 
 if has_stage bench; then
-  scripts=(${BENCH_SCRIPTS:-bench_scan bench_affine_scan bench_selective_scan bench_compact})
+  scripts=(${BENCH_SCRIPTS:-bench_scan bench_affine_scan bench_selective_scan bench_compact bench_reduce bench_histogram})
   for i in "${!scripts[@]}"; do
     script=${scripts[$i]}
     echo "== $script (log: $OUT/bench.log)"

@@ -62,6 +62,17 @@ TORCH_LIBRARY(parprims, m) {
         "-> (Tensor, Tensor)");
   m.def("pad(Tensor x, Tensor indices, int batch, int seqlen) -> Tensor");
 
+  // ---- reductions and histograms (the scan engines' aggregates) ----
+  // op: sum, mean, max, min, prod, logsumexp. An empty sequence (or slice) gives the identity
+  // (mean: 0).
+  m.def("segment_reduce(Tensor x, Tensor offsets, str op, int dim=0) -> Tensor");
+  m.def("reduce(Tensor x, int dim, str op, Tensor? mask=None, bool keepdim=False) -> Tensor");
+  // Equal-width bins over [lo, hi]: int64 counts, or weight sums; (S, bins) with offsets.
+  m.def("histogram(Tensor x, int bins, float lo, float hi, Tensor? weights=None, Tensor? offsets=None) -> Tensor");
+  // Where each value of x lands in histogram's (S, bins) output, flat (-1: skipped); the
+  // gradient with respect to weights gathers through it.
+  m.def("_histogram_bin_index(Tensor x, int bins, float lo, float hi, Tensor? offsets=None) -> Tensor");
+
   // ---- packed-sequence utilities ----
   m.def("offsets_from_lengths(Tensor lengths, ScalarType? dtype=None) -> Tensor");
   m.def("lengths_from_offsets(Tensor offsets) -> Tensor");

@@ -121,6 +121,8 @@ OFFSETS_CALLS = {
         torch.randn(10, 2, device=dev), torch.rand(10, device=dev) > 0.5, o),
     "segmented_compact_capacity": lambda o, dev: pp.segmented_compact(
         torch.randn(10, device=dev), torch.rand(10, device=dev) > 0.5, o, 4),
+    "segment_reduce": lambda o, dev: pp.segment_reduce(torch.randn(2, 10, device=dev), o, "max", 1),
+    "histogram": lambda o, dev: pp.histogram(torch.randn(10, device=dev), 4, (0.0, 1.0), offsets=o),
 }
 
 
@@ -339,6 +341,7 @@ TYPED_OFFSETS_CALLS = {
     "check_offsets": (lambda o, dev, **kw: pp.check_offsets(o, 10, **kw), None),
     "segmented_compact": (lambda o, dev, **kw: pp.segmented_compact(
         torch.randn(10, 2, device=dev), torch.rand(10, device=dev) > 0.5, o, **kw), "x"),
+    "segment_reduce": (lambda o, dev, **kw: pp.segment_reduce(torch.randn(10, 2, device=dev), o, "sum", **kw), "x"),
 }
 
 
@@ -533,3 +536,85 @@ def test_negative_lengths_rejected(device):
         pp.set_checks(True)
     with raises(r"^lengths: expected non-negative lengths$"):
         pp.offsets_from_lengths(torch.tensor([2, -1, 3], device=device))
+
+
+# ---- reductions and histograms ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ("add", "SUM", "", "argmax"))
+def test_reduction_bad_op_name(op, device):
+    x = torch.randn(2, 5, device=device)
+    pattern = r"^op: expected one of 'sum', 'mean', 'max', 'min', 'prod', 'logsumexp', got '" + op + "'"
+    with raises(pattern):
+        pp.segment_reduce(x, torch.tensor([0, 2], device=device), op)
+    with raises(pattern):
+        pp.reduce(x, 1, op)
+
+
+@pytest.mark.parametrize("op,dtype,pattern", [
+    ("mean", torch.int64, r"^x: ops 'mean' and 'logsumexp' expect a floating tensor .*got torch\.int64$"),
+    ("logsumexp", torch.bool, r"^x: ops 'mean' and 'logsumexp' expect a floating tensor .*got torch\.bool$"),
+    ("sum", torch.complex64, r"^x: ops 'sum', 'max', 'min' and 'prod' expect .*got torch\.complex64$"),
+    ("max", torch.int8, r"^x: ops 'sum', 'max', 'min' and 'prod' expect .*got torch\.int8$"),
+])
+def test_reduction_bad_dtype_for_op(op, dtype, pattern, device):
+    x = torch.ones(4, 3, dtype=dtype, device=device)
+    with raises(pattern):
+        pp.segment_reduce(x, torch.tensor([0, 4], device=device), op)
+    with raises(pattern):
+        pp.reduce(x, 0, op)
+
+
+def test_reduction_bad_dim_and_shapes(device):
+    x = torch.randn(4, 3, device=device)
+    with raises(r"^dim: expected a dimension in \[-2, 1\].*got 2"):
+        pp.segment_reduce(x, torch.tensor([0, 4], device=device), "sum", 2)
+    with raises(r"^dim: expected a dimension in \[-2, 1\].*got -3"):
+        pp.reduce(x, -3, "sum")
+    with raises(r"^x: expected at least one dimension"):
+        pp.segment_reduce(x[0, 0], torch.tensor([0, 1], device=device), "sum")
+
+
+def test_reduce_bad_mask(device):
+    x = torch.randn(4, 3, device=device)
+    with raises(r"^mask: expected a torch\.bool tensor, got torch\.float32$"):
+        pp.reduce(x, 0, "mean", torch.ones(4, 3, device=device))
+    with raises(r"^mask: expected a shape broadcastable to x's \[4, 3\], got \[4\]$"):
+        pp.reduce(x, 0, "mean", torch.ones(4, dtype=torch.bool, device=device))
+    with raises(r"^mask: expected a shape broadcastable"):
+        pp.reduce(x, 0, "mean", torch.ones(2, 4, 3, dtype=torch.bool, device=device))
+    with pytest.raises(TypeError, match=r"^mask: expected a torch.Tensor, got list"):
+        pp.reduce(x, 0, "mean", [[True] * 3] * 4)
+    with pytest.raises(TypeError, match=r"^keepdim: expected a bool, got int"):
+        pp.reduce(x, 0, "mean", keepdim=1)
+
+
+def test_reduce_mask_on_another_device(device):
+    x = torch.randn(4, 3, device=device)
+    mask = torch.ones(4, 3, dtype=torch.bool, device=other_device(device))
+    with raises(r"^mask: expected a tensor on "):
+        pp.reduce(x, 0, "sum", mask)
+
+
+def test_histogram_bad_arguments(device):
+    x = torch.randn(10, device=device)
+    with raises(r"^x: expected a floating tensor \(float16, bfloat16, float32, float64\), got torch\.int64$"):
+        pp.histogram(x.long(), 4, (0.0, 1.0))
+    with raises(r"^bins: expected a positive number of bins, got 0$"):
+        pp.histogram(x, 0, (0.0, 1.0))
+    with raises(r"^range: expected finite \(lo, hi\) with lo < hi, got \(1, 1\)$"):
+        pp.histogram(x, 4, (1.0, 1.0))
+    with raises(r"^range: expected finite \(lo, hi\)"):
+        pp.histogram(x, 4, (0.0, float("inf")))
+    with raises(r"^weights: expected a floating tensor .*got torch\.int32$"):
+        pp.histogram(x, 4, (0.0, 1.0), torch.ones(10, dtype=torch.int32, device=device))
+    with raises(r"^weights: expected x's shape \[10\], got \[9\]$"):
+        pp.histogram(x, 4, (0.0, 1.0), torch.ones(9, device=device))
+    with raises(r"^x: histograms per sequence \(offsets\) take a 1-D packed x, got shape \[2, 5\]$"):
+        pp.histogram(x.view(2, 5), 4, (0.0, 1.0), offsets=torch.tensor([0, 10], device=device))
+    with pytest.raises(TypeError, match=r"^range: expected a pair of numbers \(lo, hi\), got 1.0$"):
+        pp.histogram(x, 4, 1.0)
+    with pytest.raises(TypeError, match=r"^bins: expected an int, got float$"):
+        pp.histogram(x, 4.0, (0.0, 1.0))
+    with pytest.raises(TypeError, match=r"^weights: expected a torch.Tensor, got list"):
+        pp.histogram(x, 4, (0.0, 1.0), [1.0] * 10)

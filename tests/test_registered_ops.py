@@ -27,6 +27,8 @@ WRAPPERS = {
     "offsets_from_flags": pp.offsets_from_flags,
     "flags_from_offsets": pp.flags_from_offsets,
     "segment_ids_from_offsets": pp.segment_ids_from_offsets,
+    "segment_reduce": pp.segment_reduce,
+    "reduce": pp.reduce,
 }
 
 
@@ -71,6 +73,11 @@ CALLS = [
     ("matrix_affine_scan", "kw-dim-4", lambda x, o, a, b, A, bm: ((A, bm), {"dim": -4})),
     ("matrix_affine_scan", "dim0-initial-state", lambda x, o, a, b, A, bm: (
         (A, bm, 0, torch.randn(5, 3, 2, device=bm.device)), {})),
+    ("segment_reduce", "default-dim", lambda x, o, a, b, A, bm: ((x.transpose(0, 1), o, "max"), {})),
+    ("segment_reduce", "dim-2-kw", lambda x, o, a, b, A, bm: ((x, o), {"op": "logsumexp", "dim": -2})),
+    ("reduce", "dim1-mean", lambda x, o, a, b, A, bm: ((x, 1, "mean"), {})),
+    ("reduce", "dim-1-mask-keepdim", lambda x, o, a, b, A, bm: (
+        (x, -1, "prod", x > 0), {"keepdim": True})),
 ]
 
 

@@ -23,6 +23,7 @@ from .ops.compact import (  # noqa: E402
     segmented_compact,
     unpad,
 )
+from .ops.reduce import histogram, reduce, segment_reduce  # noqa: E402
 from . import nn  # noqa: E402  (model layers; imports only torch and the ops above)
 from . import distributed  # noqa: E402  (sequence parallel; needs a process group only when called)
 
@@ -43,6 +44,9 @@ __all__ = [
     "offsets_from_flags",
     "flags_from_offsets",
     "segment_ids_from_offsets",
+    "segment_reduce",
+    "reduce",
+    "histogram",
     "check_offsets",
     "set_checks",
     "cuda_kernels_built",

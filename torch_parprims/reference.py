@@ -534,3 +534,99 @@ def segment_ids_from_offsets(offsets: Tensor, total: int) -> Tensor:
     for k, (start, end) in enumerate(segments(total, offsets)):
         ids[start:end] = k
     return ids
+
+
+# ---- reductions and histograms -------------------------------------------------------------
+
+_REDUCE_IDENTITY = {"sum": 0, "mean": 0, "prod": 1, "logsumexp": float("-inf")}
+
+
+def _reduce_one(x: Tensor, dim: int, op: str) -> Tensor:
+    """One reduction of a non-empty ``x`` along ``dim`` (NaN propagates, as torch's do)."""
+    if op == "sum":
+        return x.sum(dim)
+    if op == "mean":
+        return x.mean(dim)
+    if op == "prod":
+        return x.prod(dim)
+    if op == "logsumexp":
+        return torch.logsumexp(x, dim)
+    if op == "max":
+        return x.amax(dim)
+    if op == "min":
+        return x.amin(dim)
+    raise ValueError(op)
+
+
+def _reduce_dtype(dtype: torch.dtype, op: str) -> torch.dtype:
+    if op in ("sum", "prod") and not dtype.is_floating_point:
+        return torch.int64
+    return wide_dtype(dtype)
+
+
+def _empty_value(op: str, dtype: torch.dtype):
+    if op in _REDUCE_IDENTITY:
+        return _REDUCE_IDENTITY[op]
+    return identity(op, dtype)
+
+
+def segment_reduce(x: Tensor, offsets: Tensor, op: str, dim: int = 0) -> Tensor:
+    """``op`` over each sequence ``[offsets[k], offsets[k+1])`` along ``dim``, stacked along
+    ``dim``; an empty sequence gives the op's identity (mean: 0). Floating results in float64."""
+    dim = dim % x.dim()
+    wide = x.to(_reduce_dtype(x.dtype, op)) if x.dtype != torch.bool or op in ("sum", "prod") else x
+    outs = []
+    for start, end in segments(x.shape[dim], offsets):
+        piece = wide.narrow(dim, start, end - start)
+        if end > start:
+            outs.append(_reduce_one(piece, dim, op))
+        else:
+            shape = list(x.shape)
+            del shape[dim]
+            outs.append(torch.full(shape, _empty_value(op, x.dtype), dtype=wide.dtype))
+    if not outs:
+        shape = list(x.shape)
+        shape[dim] = 0
+        return torch.empty(shape, dtype=wide.dtype)
+    return torch.stack(outs, dim)
+
+
+def reduce(x: Tensor, dim: int, op: str, mask: Optional[Tensor] = None, keepdim: bool = False) -> Tensor:
+    """``op`` along ``dim`` over the elements where ``mask`` (broadcast to ``x``) is True; a
+    slice with none gives the op's identity (mean: 0). Floating results in float64."""
+    x1 = x.reshape(1) if x.dim() == 0 else x
+    d = dim % x1.dim()
+    keep = torch.ones(x1.shape, dtype=torch.bool) if mask is None else mask.expand(x.shape).reshape(x1.shape)
+    moved, keep = x1.movedim(d, -1), keep.movedim(d, -1)
+    wide = moved.to(_reduce_dtype(x.dtype, op)) if x.dtype != torch.bool or op in ("sum", "prod") else moved
+    out = torch.empty(moved.shape[:-1], dtype=wide.dtype)
+    for index in torch.cartesian_prod(*[torch.arange(n) for n in moved.shape[:-1]]).reshape(-1, moved.dim() - 1) \
+            if moved.dim() > 1 else [()]:
+        index = tuple(int(i) for i in index)
+        values = wide[index][keep[index]]
+        out[index] = _reduce_one(values, 0, op) if values.numel() else _empty_value(op, x.dtype)
+    out = out.unsqueeze(-1).movedim(-1, d) if keepdim or x.dim() == 0 else out
+    return out.reshape(()) if x.dim() == 0 else out
+
+
+def histogram(x: Tensor, bins: int, range: Tuple[float, float], weights: Optional[Tensor] = None,
+              offsets: Optional[Tensor] = None) -> Tensor:
+    """Counts (int64) or weight sums (float64) of ``x`` in ``bins`` equal-width bins over
+    ``[lo, hi]``, the last bin closed; values outside and NaN skipped. The bin of a value is
+    computed as the library does, in float32 (float64 for float64 ``x``), then counted exactly."""
+    lo, hi = range
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    flat = x.reshape(-1).to(compute)
+    lo_t, hi_t = torch.tensor(lo, dtype=compute), torch.tensor(hi, dtype=compute)
+    inside = (flat >= lo_t) & (flat <= hi_t)
+    bin_of = ((flat - lo_t) * bins / (hi_t - lo_t)).clamp(0, bins - 1)
+    bin_of = torch.where(inside, bin_of, 0).to(torch.int64).clamp(max=bins - 1)
+    w = None if weights is None else weights.reshape(-1).to(torch.float64)
+    rows = []
+    for start, end in segments(flat.shape[0], offsets):
+        keep = inside[start:end]
+        sel = bin_of[start:end][keep]
+        rows.append(torch.bincount(sel, None if w is None else w[start:end][keep], minlength=bins))
+    out = torch.stack(rows) if rows else torch.zeros(0, bins, dtype=torch.int64 if w is None else torch.float64)
+    out = out.to(torch.int64 if w is None else torch.float64)
+    return out if offsets is not None else out[0]

@@ -108,6 +108,21 @@ struct LogAddExp {
   }
 };
 
+// A running sum with the number of elements in it: the mean of a (masked) reduction is the
+// sum over the count, taken once at the end. The count is an integer so that it stays exact
+// past 2^24 elements in a float32 reduction.
+template <class T>
+struct SumCount {
+  struct value_type {
+    T sum;
+    int64_t count;
+  };
+  static PP_HD value_type identity() { return {T(0), int64_t(0)}; }
+  static PP_HD value_type combine(const value_type& earlier, const value_type& later) {
+    return {earlier.sum + later.sum, earlier.count + later.count};
+  }
+};
+
 // ---- value-with-index monoids (the forward of max/min scans that autograd needs) -----------
 
 // Keeps the position of the extreme value. Ties keep the earlier position, so that the

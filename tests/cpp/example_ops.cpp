@@ -161,6 +161,25 @@ void affine_scans() {
   expect_close(fm, s, "matrix_affine_scan final state", 1e-8, 1e-8);
 }
 
+void reductions() {
+  const auto x = at::randn({7, 3}, at::kDouble);
+  const auto offsets = at::tensor(std::vector<int64_t>{0, 3, 3, 7}, at::kLong);
+  const auto sums = parprims::segment_reduce(x, offsets, "sum");
+  const auto want = at::stack({x.slice(0, 0, 3).sum(0), at::zeros({3}, at::kDouble), x.slice(0, 3, 7).sum(0)});
+  expect_close(sums, want, "segment_reduce sum (an empty sequence gives 0)", 1e-12, 1e-12);
+  expect_close(parprims::segment_reduce(x, offsets, "max").select(0, 2), std::get<0>(x.slice(0, 3, 7).max(0)),
+               "segment_reduce max");
+  const auto mask = x > 0;
+  expect_close(parprims::reduce(x, 0, "sum", mask), (x * mask).sum(0), "masked reduce sum", 1e-12, 1e-12);
+  expect_close(parprims::reduce(x, 1, "logsumexp", std::nullopt, /*keepdim=*/true), at::logsumexp(x, {1}, true),
+               "reduce logsumexp keepdim", 1e-12, 1e-12);
+  const auto values = at::tensor(std::vector<float>{0.0f, 0.2f, 0.5f, 1.0f, 1.5f, NAN});
+  const auto counts = parprims::histogram(values, 2, 0.0, 1.0);
+  expect(counts.scalar_type() == at::kLong && counts[0].item<int64_t>() == 2 && counts[1].item<int64_t>() == 2,
+         "histogram counts (1.0 in the last bin; outside and NaN skipped)");
+  expect_throws([] { parprims::reduce(at::ones({5}), 0, "median"); }, "median", "reduce rejects an unknown op");
+}
+
 void offsets_checks() {
   parprims::check_offsets(at::tensor(std::vector<int64_t>{0, 3, 3, 7}, at::kLong), 7);
   parprims::check_offsets(at::tensor(std::vector<int32_t>{0, 7}, at::kInt), 7);
@@ -194,6 +213,7 @@ int main() {
     scans();
     segmented_scans();
     affine_scans();
+    reductions();
     offsets_checks();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAILED: unexpected exception: %s\n", e.what());

@@ -154,6 +154,24 @@ TEST(LogAddExp, NaNPropagates) {
   EXPECT_TRUE(std::isnan(LogAddExp<double>::combine(kNaN, kInf)));
 }
 
+// ---- SumCount (the mean's pairs) -------------------------------------------------------------
+
+TEST(SumCount, LawsExactValues) {
+  using M = SumCount<double>;
+  const std::vector<M::value_type> samples{{0.0, 0}, {1.0, 1}, {-3.0, 2}, {1024.0, 7}, {0.5, 1}, {-0.25, 3}};
+  auto eq = [](const M::value_type& a, const M::value_type& b) { return same(a.sum, b.sum) && a.count == b.count; };
+  expect_identity<M>(samples, eq);
+  expect_associative<M>(samples, eq);
+}
+
+TEST(SumCount, CountStaysExactPastFloatPrecision) {
+  using M = SumCount<float>;
+  M::value_type acc = M::identity();
+  const M::value_type one{1.0f, 1};
+  for (int i = 0; i < (1 << 24) + 3; ++i) acc = M::combine(acc, one);
+  EXPECT_EQ(acc.count, (int64_t(1) << 24) + 3);  // a float count would stop at 2^24
+}
+
 // ---- ArgMax, ArgMin -----------------------------------------------------------------------
 
 template <class M>

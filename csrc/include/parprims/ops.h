@@ -118,6 +118,36 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_capacity(const at:
   return handle.call(x, mask, capacity, dim, fill_value, return_indices);
 }
 
+/// One reduction per packed sequence along `dim`: `op` is "sum", "mean", "max", "min", "prod"
+/// or "logsumexp"; the output has x's shape with `dim` of size S (offsets.size(0) - 1). An
+/// empty sequence gives the op's identity (mean: 0); sum and prod of integers give int64.
+inline at::Tensor segment_reduce(const at::Tensor& x, const at::Tensor& offsets, c10::string_view op,
+                                 int64_t dim = 0) {
+  using Sig = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, int64_t);
+  static const auto handle = detail::op_handle<Sig>("parprims::segment_reduce");
+  return handle.call(x, offsets, op, dim);
+}
+
+/// The same reductions along `dim`, over the elements where `mask` (bool, broadcastable to x)
+/// is true; an all-masked slice gives the identity (mean: 0).
+inline at::Tensor reduce(const at::Tensor& x, int64_t dim, c10::string_view op,
+                         const std::optional<at::Tensor>& mask = std::nullopt, bool keepdim = false) {
+  using Sig = at::Tensor(const at::Tensor&, int64_t, c10::string_view, const std::optional<at::Tensor>&, bool);
+  static const auto handle = detail::op_handle<Sig>("parprims::reduce");
+  return handle.call(x, dim, op, mask, keepdim);
+}
+
+/// Counts (int64, exact) or weight sums of x in `bins` equal-width bins over [lo, hi] (hi in the
+/// last bin; values outside and NaN skipped): (bins,), or (S, bins) per sequence with offsets.
+inline at::Tensor histogram(const at::Tensor& x, int64_t bins, double lo, double hi,
+                            const std::optional<at::Tensor>& weights = std::nullopt,
+                            const std::optional<at::Tensor>& offsets = std::nullopt) {
+  using Sig = at::Tensor(const at::Tensor&, int64_t, double, double, const std::optional<at::Tensor>&,
+                         const std::optional<at::Tensor>&);
+  static const auto handle = detail::op_handle<Sig>("parprims::histogram");
+  return handle.call(x, bins, lo, hi, weights, offsets);
+}
+
 /// Validates packed-sequence `offsets` for data of length `total`: 1-D int32/int64,
 /// offsets[0] == 0, non-decreasing, offsets[S] == total. Throws c10::Error naming what is
 /// wrong. Reads the tensor back to the host (a sync on CUDA).

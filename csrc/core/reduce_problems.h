@@ -1,0 +1,85 @@
+// Reductions as scan problems: a block reduction is a block scan's aggregate.
+//
+// The engines scan the segmented lift of the monoid along each row and hand the inclusive value
+// at every segment's last element to `store_final`: that value is the segment's reduction. No
+// per-element output is written (store and store_run do nothing), so a reduction reads its input
+// once and writes one value per (row, segment); the look-back carries a sequence that spans
+// tiles, whatever the length distribution. A segment with no element never reaches store_final:
+// the host fills the output with the empty result first (ReduceTraits::empty_result).
+//
+// `segment_reduce` cuts the reduced dimension by packed-sequence offsets; `reduce` is one segment
+// per row, optionally masked (a masked-out element loads as the identity). Torch-free.
+#pragma once
+
+#include "scan_problems.h"
+
+namespace parprims {
+
+// How an element enters a reduction's monoid and how the aggregate becomes the output. The
+// default: the element itself and the aggregate itself.
+template <class M>
+struct ReduceTraits {
+  using Value = typename M::value_type;
+  using Result = Value;
+  template <class In>
+  static PP_HD Value element(const In& x) { return static_cast<Value>(x); }
+  static PP_HD Result result(const Value& v) { return v; }
+  static PP_HD Result empty_result() { return M::identity(); }
+};
+
+// The mean: (sum, count) pairs, divided once at the end; no element gives 0.
+template <class T>
+struct ReduceTraits<SumCount<T>> {
+  using Value = typename SumCount<T>::value_type;
+  using Result = T;
+  template <class In>
+  static PP_HD Value element(const In& x) { return {static_cast<T>(x), int64_t(1)}; }
+  static PP_HD Result result(const Value& v) {
+    return v.count > 0 ? v.sum / static_cast<T>(v.count) : T(0);
+  }
+  static PP_HD Result empty_result() { return T(0); }
+};
+
+// Reads `In`, reduces in `M::value_type`, writes one `Out` per (row, segment): out_rows
+// enumerates the rows like in_rows and steps along the reduced dimension by segment.
+template <class M, class In, class Out>
+struct ReduceProblem : ProblemBase<M> {
+  using Value = typename M::value_type;
+  using Traits = ReduceTraits<M>;
+  struct Cursor {
+    int64_t in;
+    int64_t mask;
+  };
+  const In* in = nullptr;
+  const bool* mask = nullptr;  // null: every element counts
+  Out* out = nullptr;
+  RowIndexer in_rows, mask_rows, out_rows;
+
+  PP_HD Cursor cursor(int64_t row) const {
+    return {in_rows.row_offset(row), mask != nullptr ? mask_rows.row_offset(row) : 0};
+  }
+  PP_HD Value load(const Cursor& c, int64_t pos) const {
+    if (mask != nullptr && !mask[c.mask + pos * mask_rows.stride_len]) return M::identity();
+    return Traits::element(in[c.in + pos * in_rows.stride_len]);
+  }
+  // Only segment totals are written.
+  PP_HD void store(const Cursor&, int64_t, const Value&) const {}
+  PP_HD void store_final(int64_t row, int64_t segment, const Value& v) const {
+    out[out_rows.row_offset(row) + segment * out_rows.stride_len] = static_cast<Out>(Traits::result(v));
+  }
+
+  template <int N>
+  PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
+    In raw[N];
+    if (mask != nullptr || in_rows.stride_len != 1 || !load_wide<N>(in + c.in + pos, raw)) return false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) values[i] = Traits::element(raw[i]);
+    return true;
+  }
+  template <int N>
+  PP_HD bool store_run(const Cursor&, int64_t, const Value (&)[N]) const {
+    return true;  // nothing to store per element
+  }
+};
+
+}  // namespace parprims

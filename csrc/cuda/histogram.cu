@@ -1,0 +1,230 @@
+// The CUDA histogram: privatized bins per block in shared memory, added to the output once per
+// block (and whenever the block's run of tiles moves on to another sequence).
+//
+// A block takes a contiguous run of tiles (kThreads x kItems values each). A tile inside one
+// sequence adds into the block's shared bins; counts are aggregated across the lanes of a warp
+// that hit the same bin (__match_any_sync), so that skewed data (most values in one bin) costs
+// one shared atomic per warp and bin instead of one per value. A tile that straddles sequences
+// (many short ones) adds each value straight into the output with a global atomic. Counts are
+// 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and 64-bit in
+// the output, so they are exact at any count. Nothing is read back to the host.
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "../core/histogram.h"
+#include "../core/scan_geometry.h"
+#include "../host/reduce_host.h"
+#include "../host/scan_dispatch.h"
+#include "reduce_instantiations.h"
+
+namespace parprims::cuda {
+namespace {
+
+constexpr unsigned kAllLanes = 0xffffffffu;
+constexpr int kThreads = 256;
+constexpr int kItems = 8;
+constexpr int64_t kTile = kThreads * kItems;
+constexpr int kBlocksPerSM = 4;
+// Shared bins per block, in bytes: more bins than this add straight into the output.
+constexpr int64_t kSharedBinBytes = 32 * 1024;
+// A block's run of values between flushes stays below 2^31, so 32-bit shared counts never wrap.
+constexpr int64_t kMaxRunValues = int64_t(1) << 31;
+
+// Shared-memory bins: 32-bit counts, or sums in the output's type.
+template <class Acc>
+struct SharedBin {
+  using type = Acc;
+};
+template <>
+struct SharedBin<int64_t> {
+  using type = unsigned int;
+};
+
+template <class Acc>
+__device__ __forceinline__ void global_add(Acc* p, Acc v) {
+  if constexpr (std::is_same_v<Acc, int64_t>) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  } else {
+    atomicAdd(p, v);
+  }
+}
+
+// The sequence holding position `pos`, searched among [lo, hi]: always in [0, S-1], whatever
+// the offsets hold (unvalidated offsets give wrong sequences, never out-of-bounds writes).
+__device__ __forceinline__ int64_t sequence_of(const ScanGeometry& g, int64_t pos, int64_t lo, int64_t hi) {
+  if (g.segments.offsets == nullptr) return 0;
+  SegmentWalker w;
+  w.seek(g, pos, lo, hi);
+  return w.segment;
+}
+
+template <class T, class Acc>
+struct HistogramParams {
+  const T* x;
+  const Acc* weights;  // null: counts
+  Acc* out;            // (S, bins)
+  int64_t n;
+  int64_t tiles_per_block;
+  bool shared_bins;
+  HistogramBins<host::compute_t<T>> bins;
+  ScanGeometry g;  // len = n; segments = the offsets (none: one histogram)
+};
+
+template <class T, class Acc>
+__global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramParams<T, Acc> p) {
+  using C = host::compute_t<T>;
+  using Shared = typename SharedBin<Acc>::type;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Shared* hist = reinterpret_cast<Shared*>(smem_raw);
+  __shared__ int64_t tile_sequences[2];
+  const int64_t nbins = p.bins.bins;
+  const int lane = threadIdx.x & 31;
+
+  if (p.shared_bins) {
+    for (int64_t j = threadIdx.x; j < nbins; j += kThreads) hist[j] = Shared(0);
+  }
+  int64_t current = -1;  // the sequence the shared bins hold (block-uniform)
+  auto flush = [&]() {
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < nbins; j += kThreads) {
+      const Shared v = hist[j];
+      if (v != Shared(0)) global_add(p.out + current * nbins + j, static_cast<Acc>(v));
+      hist[j] = Shared(0);
+    }
+    __syncthreads();
+  };
+
+  const int64_t first_tile = static_cast<int64_t>(blockIdx.x) * p.tiles_per_block;
+  const int64_t total_tiles = (p.n + kTile - 1) / kTile;
+  const int64_t last_tile = min(first_tile + p.tiles_per_block, total_tiles);
+  const int64_t segments = p.g.num_segments();
+  for (int64_t tile = first_tile; tile < last_tile; ++tile) {
+    const int64_t begin = tile * kTile;
+    const int64_t end = min(begin + kTile, p.n);
+    if (threadIdx.x < 2) {
+      tile_sequences[threadIdx.x] = sequence_of(p.g, threadIdx.x == 0 ? begin : end - 1, 0, segments - 1);
+    }
+    __syncthreads();
+    const int64_t seq_lo = tile_sequences[0], seq_hi = tile_sequences[1];
+    __syncthreads();  // tile_sequences is rewritten by the next tile
+
+    // Load first, then bin: kItems independent loads in flight per thread.
+    C values[kItems];
+    Acc weights[kItems];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t i = begin + k * kThreads + threadIdx.x;
+      values[k] = i < end ? static_cast<C>(p.x[i]) : C(0);
+      weights[k] = i < end && p.weights != nullptr ? p.weights[i] : Acc(1);
+    }
+    const bool one_sequence = seq_lo == seq_hi || seq_hi < seq_lo;
+    if (p.shared_bins && one_sequence) {
+      if (seq_lo != current) {
+        if (current >= 0) flush();
+        current = seq_lo;
+      }
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t i = begin + k * kThreads + threadIdx.x;
+        const int bin = i < end ? static_cast<int>(p.bins.bin_of(values[k])) : -1;
+        if constexpr (std::is_same_v<Acc, int64_t>) {
+          // Lanes with the same bin add once, through their lowest lane.
+          const unsigned peers = __match_any_sync(kAllLanes, bin);
+          if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(hist + bin, static_cast<unsigned>(__popc(peers)));
+        } else {
+          if (bin >= 0) atomicAdd(hist + bin, weights[k]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t i = begin + k * kThreads + threadIdx.x;
+        if (i >= end) continue;
+        const int64_t bin = p.bins.bin_of(values[k]);
+        if (bin < 0) continue;
+        const int64_t s = one_sequence ? seq_lo : sequence_of(p.g, i, seq_lo, seq_hi);
+        global_add(p.out + s * nbins + bin, weights[k]);
+      }
+    }
+  }
+  if (p.shared_bins && current >= 0) flush();
+}
+
+// index[i] = sequence * bins + bin of x[i], or -1 when histogram skips it.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    bin_index_kernel(const T* x, int64_t* index, int64_t n, HistogramBins<host::compute_t<T>> bins, ScanGeometry g) {
+  using C = host::compute_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    const int64_t bin = bins.bin_of(static_cast<C>(x[i]));
+    index[i] = bin >= 0 ? sequence_of(g, i, 0, g.num_segments() - 1) * bins.bins + bin : -1;
+  }
+}
+
+ScanGeometry sequences_of(const host::PreparedHistogram& c) {
+  return host::make_geometry(1, c.x.numel(), c.offsets, false, false);
+}
+
+template <class T, class Acc>
+void launch_histogram(const host::PreparedHistogram& c) {
+  using C = host::compute_t<T>;
+  using Shared = typename SharedBin<Acc>::type;
+  HistogramParams<T, Acc> p;
+  p.x = c.x.const_data_ptr<T>();
+  p.weights = c.weights.defined() ? c.weights.const_data_ptr<Acc>() : nullptr;
+  p.out = c.out.data_ptr<Acc>();
+  p.n = c.x.numel();
+  p.bins = {static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins};
+  p.g = sequences_of(c);
+  const int64_t shared_bytes = c.bins * static_cast<int64_t>(sizeof(Shared));
+  p.shared_bins = shared_bytes <= kSharedBinBytes;
+  const int64_t tiles = (p.n + kTile - 1) / kTile;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  int64_t blocks = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * kBlocksPerSM);
+  blocks = std::max<int64_t>(blocks, (p.n + kMaxRunValues - 1) / kMaxRunValues);
+  p.tiles_per_block = (tiles + blocks - 1) / blocks;
+  blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block;
+  histogram_kernel<T, Acc><<<static_cast<unsigned>(blocks), kThreads, p.shared_bins ? shared_bytes : 0,
+                             at::cuda::getCurrentCUDAStream()>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class T>
+void launch_bin_index(const host::PreparedHistogram& c) {
+  using C = host::compute_t<T>;
+  const int64_t n = c.x.numel();
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
+  bin_index_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      c.x.const_data_ptr<T>(), c.index.data_ptr<int64_t>(), n,
+      HistogramBins<C>{static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins}, sequences_of(c));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class Acc>
+void histogram_for(const host::PreparedHistogram& c) {
+  host::visit_floating(c.x.scalar_type(), [&](auto tag) { launch_histogram<typename decltype(tag)::type, Acc>(c); });
+}
+
+}  // namespace
+
+void histogram(const host::PreparedHistogram& c) {
+  const c10::cuda::CUDAGuard guard(c.x.device());
+  if (c.index.defined()) {
+    return host::visit_floating(c.x.scalar_type(), [&](auto tag) { launch_bin_index<typename decltype(tag)::type>(c); });
+  }
+  // Weight sums add floats in the order the atomics land; counts are exact integers.
+  if (c.weights.defined()) at::globalContext().alertNotDeterministic("torch_parprims.histogram with weights on CUDA");
+  switch (c.out.scalar_type()) {
+    case at::kLong: return histogram_for<int64_t>(c);
+    case at::kFloat: return histogram_for<float>(c);
+    case at::kDouble: return histogram_for<double>(c);
+    default: TORCH_INTERNAL_ASSERT(false, "histogram: unexpected output dtype");
+  }
+}
+
+}  // namespace parprims::cuda

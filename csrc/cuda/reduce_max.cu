@@ -1,0 +1,10 @@
+// CUDA instantiations of the 'max' reduction on the scan engine (see reduce_instantiations.h).
+#include "../host/reduce_dispatch.h"
+#include "engine/engine.cuh"
+#include "reduce_instantiations.h"
+
+namespace parprims::cuda {
+
+void reduce_max(const host::PreparedReduce& c) { host::dispatch_reduce_max(c, Engine{c.in}); }
+
+}  // namespace parprims::cuda

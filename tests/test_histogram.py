@@ -1,0 +1,207 @@
+"""histogram: exact counts against torch.histc and torch.bincount, the float64 reference for
+weights and per-sequence histograms, bin edges, NaN and infinities, counts past 2^24, the
+gradient with respect to weights, opcheck and torch.compile."""
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import torch_parprims as pp
+from torch_parprims import reference as ref
+
+from helpers import LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, make_offsets, sample_params
+
+_ops = torch.ops.parprims
+
+
+def interior_values(n, bins, lo, hi, dtype, device, skew=0.0):
+    """Values inside bins, never near an edge (so that any order of the bin arithmetic agrees):
+    centres of 8 sub-cells per bin. ``skew``: the fraction of values put in one bin."""
+    cell = torch.randint(0, bins * 8, (n,), device=device)
+    if skew:
+        cell = torch.where(torch.rand(n, device=device) < skew, min(3, bins - 1) * 8 + 4, cell)
+    return ((cell.double() + 0.5) / (bins * 8) * (hi - lo) + lo).to(dtype)
+
+
+@dataclass(frozen=True)
+class HistogramSample:
+    n: int = 1000
+    bins: int = 16
+    range: tuple = (-2.0, 3.0)
+    dtype: torch.dtype = torch.float32
+    values: str = "normal"  # normal | interior | skewed | specials (edges, outside, NaN, inf)
+    weights: object = None  # None or a weights dtype
+    pattern: object = None  # None (one histogram) or a helpers.LENGTH_PATTERNS entry
+    slow: bool = False
+    check: bool = False
+    compile: bool = False
+
+    def __str__(self):
+        dtype = str(self.dtype).replace("torch.", "")
+        w = "counts" if self.weights is None else "w_" + str(self.weights).replace("torch.", "")
+        return f"{self.n}-{self.bins}bins-{dtype}-{self.values}-{w}-{self.pattern or 'one'}"
+
+    def make(self, device):
+        offsets = None
+        n = self.n
+        if self.pattern is not None:
+            lengths = LENGTH_PATTERNS[self.pattern]()
+            n = sum(lengths)
+            offsets = make_offsets(lengths, device=device)
+        lo, hi = self.range
+        if self.values in ("interior", "skewed"):
+            x = interior_values(n, self.bins, lo, hi, self.dtype, device, 0.9 if self.values == "skewed" else 0.0)
+        else:
+            x = (torch.randn(n, device=device, dtype=torch.float64) * 2).to(self.dtype)
+        if self.values == "specials" and n >= 8:
+            x[:8] = torch.tensor([lo, hi, lo - 1e-3, hi + 1e-3, float("nan"), float("inf"), -float("inf"), hi],
+                                 dtype=torch.float64).to(self.dtype)
+        w = None if self.weights is None else torch.randn(n, device=device).to(self.weights)
+        return x, w, offsets
+
+
+def _samples():
+    S = HistogramSample
+    out = [
+        S(check=True),
+        S(values="specials", check=True),
+        S(values="interior", n=100_000, bins=256),
+        S(values="skewed", n=100_000, bins=256),
+        S(n=0),
+        S(n=1, values="interior"),
+        S(bins=1, values="specials"),
+        S(bins=10_000, n=50_000),  # more bins than the CUDA kernel keeps in shared memory
+        S(weights=torch.float32, check=True, compile=True),
+        S(weights=torch.float64, dtype=torch.float64, values="specials"),
+        S(weights=torch.bfloat16, values="skewed", n=5000),
+        S(pattern="random", check=True),
+        S(pattern="random", weights=torch.float32, check=True),
+        S(pattern="huge_and_tiny", values="skewed"),
+        S(pattern="huge_and_tiny", weights=torch.float64),
+        S(pattern="all_empty"),
+        S(pattern="no_sequences"),
+        S(pattern="leading_trailing_empty", values="specials"),
+        S(pattern="gpu_multi_tile", values="interior", bins=64, slow=True),
+    ]
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        out.append(S(dtype=dtype, values="specials"))
+    return out
+
+
+SAMPLES = _samples()
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
+def test_histogram_matches_reference(s, device):
+    x, w, offsets = s.make(device)
+    got = pp.histogram(x, s.bins, s.range, weights=w, offsets=offsets)
+    want = ref.histogram(x.cpu(), s.bins, s.range, None if w is None else w.cpu(),
+                         None if offsets is None else offsets.cpu())
+    if w is None:
+        assert got.dtype == torch.int64
+        assert torch.equal(got.cpu(), want)
+    else:
+        assert got.dtype == (torch.float64 if w.dtype == torch.float64 else torch.float32)
+        absw = ref.histogram(x.cpu(), s.bins, s.range, w.cpu().abs(), None if offsets is None else offsets.cpu())
+        assert_close(got, want, scale=absw)  # the same sums of |w|
+
+
+@pytest.mark.parametrize("bins", (1, 7, 256))
+@pytest.mark.parametrize("skew", (0.0, 0.9))
+def test_histogram_equals_histc_and_bincount(bins, skew, device):
+    lo, hi = -1.5, 2.5
+    x = interior_values(20_000, bins, lo, hi, torch.float32, device, skew)
+    got = pp.histogram(x, bins, (lo, hi))
+    assert torch.equal(got, torch.histc(x, bins, lo, hi).long())
+    index = ((x.double() - lo) / (hi - lo) * bins).long()
+    assert torch.equal(got, torch.bincount(index, minlength=bins))
+
+
+def test_histogram_edges_and_specials(device):
+    x = torch.tensor([0.0, 1.0, 0.5, -0.1, 1.1, float("nan"), float("inf"), -float("inf"), 0.25], device=device)
+    assert pp.histogram(x, 4, (0.0, 1.0)).tolist() == [1, 1, 1, 1]  # 1.0 (hi) goes to the last bin
+    assert pp.histogram(x, 4, (0.0, 1.0)).tolist() == torch.histc(x[~x.isnan()], 4, 0.0, 1.0).long().tolist()
+
+
+def test_histogram_count_past_2_pow_24_is_exact(device):
+    """A float32 count stops at 2^24; int64 counts do not (torch.histc's float32 counts would)."""
+    n = (1 << 24) + 3
+    x = torch.full((n,), 0.3, device=device)
+    got = pp.histogram(x, 4, (0.0, 1.0))
+    assert got.tolist() == [0, n, 0, 0]
+    assert pp.histogram(x, 4, (0.0, 1.0), offsets=torch.tensor([0, 5, n], device=device)).tolist() == \
+        [[0, 5, 0, 0], [0, n - 5, 0, 0]]
+
+
+def test_histogram_small_for_sanitizer(device):
+    x = torch.randn(300, device=device)
+    offsets = torch.tensor([0, 10, 10, 299, 300], device=device, dtype=torch.int32)
+    for w in (None, torch.rand(300, device=device)):
+        for o in (None, offsets):
+            got = pp.histogram(x, 9, (-1.0, 1.0), w, o)
+            want = ref.histogram(x.cpu(), 9, (-1.0, 1.0), None if w is None else w.cpu(), None if o is None else o.cpu())
+            torch.testing.assert_close(got.cpu(), want.to(got.dtype))
+    index = _ops._histogram_bin_index(x, 9, -1.0, 1.0, offsets)
+    assert index.shape == x.shape and int(index.max()) < 4 * 9
+
+
+@pytest.mark.parametrize("per_sequence", (False, True))
+def test_histogram_weights_gradcheck(per_sequence, device):
+    x = torch.randn(40, dtype=torch.float64, device=device)
+    x[:3] = torch.tensor([float("nan"), 5.0, 1.0])  # skipped, skipped, the closed last edge
+    w = torch.randn(40, dtype=torch.float64, device=device, requires_grad=True)
+    offsets = torch.tensor([0, 10, 10, 40], device=device) if per_sequence else None
+    torch.autograd.gradcheck(lambda t: pp.histogram(x, 6, (-1.0, 1.0), t, offsets), (w,))
+
+
+def test_histogram_weights_grad_values(device):
+    x = torch.tensor([0.1, 0.9, 2.0, 0.6, float("nan")], device=device)
+    w = torch.ones(5, device=device, requires_grad=True)
+    out = pp.histogram(x, 2, (0.0, 1.0), w, torch.tensor([0, 2, 5], device=device))
+    out.backward(torch.tensor([[1.0, 2.0], [3.0, 4.0]], device=device))
+    assert w.grad.tolist() == [1.0, 2.0, 0.0, 4.0, 0.0]
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES, "check"))
+def test_histogram_opcheck(s, device):
+    x, w, offsets = s.make(device)
+    if w is not None:
+        w.requires_grad_(True)
+    torch.library.opcheck(_ops.histogram.default, (x, s.bins, *s.range, w, offsets), test_utils=OPCHECK_UTILS)
+    torch.library.opcheck(_ops._histogram_bin_index.default, (x, s.bins, *s.range, offsets),
+                          test_utils=OPCHECK_UTILS[:1] + OPCHECK_UTILS[2:])
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES, "compile"))
+def test_histogram_compile(s, device):
+    torch._dynamo.reset()
+    x, w, offsets = s.make(device)
+    if w is not None:
+        w.requires_grad_(True)
+
+    def f(v, weights):
+        return pp.histogram(v * 1.0, s.bins, s.range, weights, offsets)
+
+    out, want = torch.compile(f, fullgraph=True)(x, w), f(x, w)
+    torch.testing.assert_close(out, want)
+    if w is not None:
+        (g,) = torch.autograd.grad((out * out).sum(), w)
+        (want_g,) = torch.autograd.grad((want * want).sum(), w)
+        torch.testing.assert_close(g, want_g)
+
+
+def test_histogram_under_deterministic_algorithms(device):
+    """Counts are exact and reproducible; CUDA weight sums add in atomic order, so the weighted
+    form raises there, as index_add_ does."""
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        x, w = torch.randn(5000, device=device), torch.rand(5000, device=device)
+        assert torch.equal(pp.histogram(x, 10, (-1.0, 1.0)), pp.histogram(x, 10, (-1.0, 1.0)))
+        if device.startswith("cuda"):
+            with pytest.raises(RuntimeError, match="torch_parprims.histogram with weights on CUDA"):
+                pp.histogram(x, 10, (-1.0, 1.0), w)
+        else:
+            assert torch.equal(pp.histogram(x, 10, (-1.0, 1.0), w), pp.histogram(x, 10, (-1.0, 1.0), w))
+    finally:
+        torch.use_deterministic_algorithms(was)

@@ -1,0 +1,488 @@
+"""segment_reduce, reduce (with masks) and histogram: comparison with the float64 references and
+with torch.segment_reduce / torch reductions / torch.histc / torch.bincount, edge cases (empty
+sequences, empty input, NaN and infinities, ties, zeros), gradients (gradcheck, first-of-ties,
+prod with zeros), opcheck, torch.compile and CUDA graph capture."""
+import itertools
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import torch_parprims as pp
+from torch_parprims import reference as ref
+
+from helpers import (FLOATS, LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, draw, make_offsets, sample_params,
+                     slow, tol, with_layout)
+
+_ops = torch.ops.parprims
+OPS = ("sum", "mean", "max", "min", "prod", "logsumexp")
+# The scan operator whose typical inputs suit each reduction (helpers.draw).
+DRAW_OP = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul", "logsumexp": "logaddexp"}
+INT_OPS = ("sum", "max", "min", "prod")
+
+
+def reduction_scale(x, expected, op, counts):
+    """The magnitude the error of a floating reduction is measured against, per output:
+    ``counts`` is the number of elements in each output (broadcastable to ``expected``)."""
+    e = expected.detach().cpu().double()
+    finite = lambda t: torch.where(t.isfinite(), t, torch.zeros((), dtype=t.dtype))
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    if op in ("max", "min"):
+        return torch.zeros(e.shape, dtype=torch.float64)
+    if op in ("sum", "mean"):
+        return x  # the caller passes the same reduction of |x|
+    if op == "prod":
+        return finite(e.abs()) * counts.clamp(min=1).sqrt()
+    return (finite(e.abs()) + 1) * counts.clamp(min=1).sqrt()
+
+
+# ---- segment_reduce -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentSample:
+    pattern: str = "random"  # a helpers.LENGTH_PATTERNS entry
+    features: tuple = ()  # the other dims; the packed dim goes at `dim`
+    dim: int = 0
+    op: str = "sum"
+    dtype: torch.dtype = torch.float32
+    values: str = "normal"  # normal | nan | inf | ties | zeros
+    view: str = "contiguous"  # helpers.with_layout
+    offsets_dtype: torch.dtype = torch.int64
+    offsets_view: str = "contiguous"  # contiguous | strided
+    slow: bool = False
+    check: bool = False
+    compile: bool = False
+
+    def __str__(self):
+        feats = "x".join(map(str, self.features)) or "flat"
+        dtype = str(self.dtype).replace("torch.", "")
+        odt = str(self.offsets_dtype).replace("torch.", "")
+        return (f"{self.pattern}-{feats}-dim{self.dim}-{self.op}-{dtype}-{self.values}-{self.view}-{odt}"
+                f"-{self.offsets_view}")
+
+    def make(self, device):
+        lengths = LENGTH_PATTERNS[self.pattern]()
+        total = sum(lengths)
+        shape = self.features[:self.dim] + (total,) + self.features[self.dim:]
+        x = with_layout(draw(shape, DRAW_OP[self.op], self.dtype, self.values, device), self.view, self.dim)
+        offsets = make_offsets(lengths, self.offsets_dtype, device)
+        if self.offsets_view == "strided":
+            buffer = torch.full((2 * offsets.numel(),), -7, dtype=offsets.dtype, device=device)
+            buffer[::2] = offsets
+            offsets = buffer[::2]
+        return x, offsets, lengths
+
+
+def _segment_samples():
+    S = SegmentSample
+    out = []
+    for op in OPS:
+        out.append(S(op=op, check=op in ("max", "prod", "logsumexp"), compile=op in ("sum", "max")))
+        out.append(S(op=op, features=(3, 5), dtype=torch.float64))
+        out.append(S(op=op, pattern="huge_and_tiny"))
+        for values in ("nan", "inf", "ties", "zeros"):
+            out.append(S(op=op, values=values, features=(4,)))
+        for dtype in (torch.float16, torch.bfloat16):
+            out.append(S(op=op, dtype=dtype, features=(3,)))
+    for op in INT_OPS:
+        for dtype in (torch.int32, torch.int64, torch.bool):
+            out.append(S(op=op, dtype=dtype, features=(2,)))
+    for pattern in LENGTH_PATTERNS:
+        if pattern == "random":
+            continue  # the op loop above has it
+        big = pattern in ("chunk_crossing", "gpu_multi_tile")
+        out.append(S(pattern=pattern, op="sum", slow=big))
+        out.append(S(pattern=pattern, op="max", features=(3,), slow=big))
+    # Other dims and layouts: the packed dim in the middle or last, strided views.
+    out.append(S(features=(2, 3), dim=1, op="mean", view="transpose", check=True))
+    out.append(S(features=(4,), dim=1, op="logsumexp", view="step"))
+    out.append(S(features=(4, 6), dim=0, op="min", view="expand"))
+    out.append(S(features=(33,), dim=0, op="sum", view="transpose"))  # rows adjacent: the column kernel on CUDA
+    out.append(S(features=(33,), dim=0, op="sum", offsets_dtype=torch.int32, offsets_view="strided", check=True))
+    out.append(S(op="prod", offsets_dtype=torch.int32, offsets_view="strided"))
+    out.append(S(pattern="huge_and_tiny", features=(16,), op="sum"))
+    out.append(S(pattern="gpu_multi_tile", features=(2,), op="logsumexp", slow=True))
+    return list(dict.fromkeys(out))  # each sample once
+
+
+SEGMENT_SAMPLES = _segment_samples()
+
+
+def _expected_segment(x, offsets, op, dim):
+    expected = ref.segment_reduce(x.cpu(), offsets.cpu(), op, dim)
+    if not (x.dtype.is_floating_point):
+        return expected, None
+    counts_shape = [1] * x.dim()
+    counts_shape[dim] = -1
+    counts = ref.lengths_from_offsets(offsets.cpu()).view(counts_shape) if offsets.numel() > 1 else torch.zeros(0)
+    if op in ("sum", "mean"):
+        absx = x.detach().cpu().double().abs()
+        absx = torch.where(absx.isfinite(), absx, 0)
+        scale = ref.segment_reduce(absx, offsets.cpu(), op, dim)
+    else:
+        scale = reduction_scale(None, expected, op, counts)
+    return expected, scale
+
+
+@pytest.mark.parametrize("s", sample_params(SEGMENT_SAMPLES))
+def test_segment_reduce_matches_reference(s, device):
+    x, offsets, _ = s.make(device)
+    got = pp.segment_reduce(x, offsets, s.op, s.dim)
+    assert got.device == x.device
+    expected, scale = _expected_segment(x, offsets, s.op, s.dim)
+    assert got.dtype == (torch.int64 if s.op in ("sum", "prod") and not s.dtype.is_floating_point else s.dtype)
+    assert_close(got, expected, scale=scale)
+
+
+@pytest.mark.parametrize("op", ("sum", "mean", "max", "min", "prod"))
+@pytest.mark.parametrize("pattern", ("random", "huge_and_tiny", "all_length_one"))
+def test_segment_reduce_matches_torch(op, pattern, device):
+    """torch.segment_reduce on non-empty sequences (its empty-sequence values differ: NaN for mean)."""
+    lengths = [n for n in LENGTH_PATTERNS[pattern]() if n > 0]
+    x = torch.randn(sum(lengths), 3, dtype=torch.float64, device=device)
+    offsets = make_offsets(lengths, device=device)
+    want = torch.segment_reduce(x, op, offsets=offsets, axis=0)
+    torch.testing.assert_close(pp.segment_reduce(x, offsets, op), want, rtol=1e-12, atol=1e-12)
+
+
+def test_segment_reduce_empty(device):
+    """No elements: every sequence gets the identity; no sequences: an empty output."""
+    x = torch.randn(0, 3, device=device)
+    offsets = torch.tensor([0, 0, 0], device=device)
+    ident = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf"),
+             "logsumexp": float("-inf")}
+    for op, value in ident.items():
+        got = pp.segment_reduce(x, offsets, op)
+        assert got.shape == (2, 3) and torch.equal(got.cpu(), torch.full((2, 3), value))
+        none = pp.segment_reduce(x, torch.zeros(1, dtype=torch.int32, device=device), op)
+        assert none.shape == (0, 3)
+    ints = pp.segment_reduce(torch.zeros(0, dtype=torch.int32, device=device), offsets, "max")
+    assert ints.tolist() == [torch.iinfo(torch.int32).min] * 2 and ints.dtype == torch.int32
+
+
+def test_segment_reduce_long_mean_count_is_exact(device):
+    """The mean divides by an integer count (exact past 2^24 elements in float32)."""
+    x = torch.ones((1 << 24) + 5, device=device)
+    offsets = torch.tensor([0, 3, x.numel()], device=device)
+    assert pp.segment_reduce(x, offsets, "mean").tolist() == [1.0, 1.0]
+
+
+def test_segment_reduce_small_for_sanitizer(device):
+    """A small case of every op, dtype group and kernel path for compute-sanitizer."""
+    offsets = torch.tensor([0, 3, 3, 7, 40], device=device)
+    for op in OPS:
+        for shape in ((40,), (40, 3), (40, 40)):
+            x = torch.randn(shape, device=device)
+            assert_close(pp.segment_reduce(x, offsets, op), ref.segment_reduce(x.cpu(), offsets.cpu(), op),
+                         scale=1 + ref.segment_reduce(x.cpu().abs(), offsets.cpu(), "sum"), rtol=1e-4)
+    x = torch.randint(-5, 5, (40, 2), device=device, dtype=torch.int32)
+    assert torch.equal(pp.segment_reduce(x, offsets, "sum").cpu(), ref.segment_reduce(x.cpu(), offsets.cpu(), "sum"))
+
+
+def test_segment_reduce_cu_seqlens_alias(device):
+    x = torch.randn(10, 2, device=device)
+    offsets = torch.tensor([0, 4, 10], device=device)
+    assert torch.equal(pp.segment_reduce(x, cu_seqlens=offsets, op="max"), pp.segment_reduce(x, offsets, "max"))
+
+
+# ---- gradients -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("values", ("normal", "ties", "zeros"))
+def test_segment_reduce_gradcheck(op, values, device):
+    lengths = [3, 0, 1, 5, 2]
+    x = draw((sum(lengths), 2), DRAW_OP[op], torch.float64, values, device)
+    if values == "zeros":  # one zero in one sequence, two in another
+        x[3, 0] = 0
+        x[4, 1] = x[6, 1] = 0
+    offsets = make_offsets(lengths, device=device)
+    if values != "normal" and op in ("max", "min"):
+        # Numerical differentiation moves tied elements apart; the analytic gradient goes to the
+        # first of ties (checked below), so gradcheck gets distinct values.
+        x = x + torch.arange(x.numel(), device=device).view(x.shape) * 1e-3
+    x.requires_grad_(True)
+    # Empty sequences of max/min/logsumexp give infinities: compared as zeros.
+    out = pp.segment_reduce(x.detach(), offsets, op)
+    finite_out = out.isfinite()
+    torch.autograd.gradcheck(lambda t: pp.segment_reduce(t, offsets, op).masked_fill(~finite_out, 0), (x,))
+
+
+@pytest.mark.parametrize("op", ("max", "min"))
+def test_segment_reduce_ties_go_to_the_first(op, device):
+    x = torch.tensor([1.0, 3.0, 3.0, 2.0, 5.0, 5.0, float("nan"), float("nan")], device=device)
+    if op == "min":
+        x = -x
+    offsets = torch.tensor([0, 4, 6, 8], device=device)
+    x.requires_grad_(True)
+    pp.segment_reduce(x, offsets, op).backward(torch.tensor([10.0, 20.0, 30.0], device=device))
+    assert x.grad.tolist() == [0.0, 10.0, 0.0, 0.0, 20.0, 0.0, 30.0, 0.0]
+
+
+def test_segment_reduce_prod_grad_with_zeros(device):
+    x = torch.tensor([2.0, 0.0, 3.0, 0.0, 0.0, 5.0, 4.0, 0.5], device=device, requires_grad=True)
+    offsets = torch.tensor([0, 3, 6, 8], device=device)
+    pp.segment_reduce(x, offsets, "prod").sum().backward()
+    assert x.grad.tolist() == [0.0, 6.0, 0.0, 0.0, 0.0, 0.0, 0.5, 4.0]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_segment_reduce_grad_matches_reference(op, dtype, device):
+    """Gradients against autograd through the float64 reference (no ties: amax splits them)."""
+    lengths = [5, 0, 17, 1, 40]
+    x = draw((sum(lengths), 3), DRAW_OP[op], dtype, "normal", device).requires_grad_(True)
+    offsets = make_offsets(lengths, device=device)
+    w = torch.randn(len(lengths), 3, device=device, dtype=torch.float64)
+    out = pp.segment_reduce(x, offsets, op)
+    w = torch.where(out.detach().isfinite(), w, 0)
+    (g,) = torch.autograd.grad(out.double().mul(w).sum(), x)
+    xr = x.detach().cpu().double().requires_grad_(True)
+    (want,) = torch.autograd.grad(ref.segment_reduce(xr, offsets.cpu(), op).mul(w.cpu()).nan_to_num(0).sum(), xr)
+    assert g.dtype == dtype
+    assert_close(g, want, scale=want.abs().amax() + 1, rtol=4 * tol(dtype))
+
+
+# ---- opcheck, torch.compile, CUDA graphs --------------------------------------------------
+
+
+# opcheck compares outputs and gradients without equal_nan: finite inputs only.
+FINITE = ("normal", "ties", "zeros")
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SEGMENT_SAMPLES if s.values in FINITE], "check"))
+def test_segment_reduce_opcheck(s, device):
+    x, offsets, _ = s.make(device)
+    if s.dtype.is_floating_point:
+        x.requires_grad_(True)
+    torch.library.opcheck(_ops.segment_reduce.default, (x, offsets, s.op, s.dim), test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in SEGMENT_SAMPLES if s.dtype.is_floating_point], "compile"))
+def test_segment_reduce_compile(s, device):
+    """fullgraph: no graph break, forward and backward."""
+    torch._dynamo.reset()
+    x, offsets, _ = s.make(device)
+    x = x.detach().requires_grad_(True)
+
+    def f(t, o):
+        return pp.segment_reduce(t * 2, o, s.op, s.dim).sin()
+
+    out, want = torch.compile(f, fullgraph=True)(x, offsets), f(x, offsets)
+    torch.testing.assert_close(out, want, equal_nan=True)
+    (g,) = torch.autograd.grad(out.nan_to_num(0).sum(), x)
+    (want_g,) = torch.autograd.grad(want.nan_to_num(0).sum(), x)
+    torch.testing.assert_close(g, want_g, equal_nan=True)
+
+
+def _capture(fn):
+    """Runs `fn` inside a CUDA graph capture (which fails on any host synchronization), replays it
+    once and returns the graph's outputs."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
+def test_ops_capture_in_cuda_graphs(device):
+    if not device.startswith("cuda"):
+        pytest.skip("CUDA graphs need a CUDA device")
+    x = torch.randn(5000, 4, device=device)
+    offsets = make_offsets([1000, 0, 3000, 1000], dtype=torch.int32, device=device)
+    mask = torch.rand(5000, 4, device=device) > 0.3
+    calls = {
+        "segment_reduce": (lambda: pp.segment_reduce(x, offsets, "logsumexp"),
+                           lambda: ref.segment_reduce(x.cpu(), offsets.cpu(), "logsumexp")),
+        "reduce": (lambda: pp.reduce(x, 0, "mean", mask), lambda: ref.reduce(x.cpu(), 0, "mean", mask.cpu())),
+        "histogram": (lambda: pp.histogram(x[:, 0], 64, (-2.0, 2.0), offsets=offsets),
+                      lambda: ref.histogram(x[:, 0].cpu(), 64, (-2.0, 2.0), offsets=offsets.cpu())),
+    }
+    for name, (fn, want) in calls.items():
+        got = _capture(fn).cpu()
+        torch.testing.assert_close(got, want().to(got.dtype), msg=name)
+
+
+def test_invalid_offsets_stay_in_bounds_on_cuda(device):
+    """With checks off, CUDA does not validate offsets: garbage in, garbage out, but every access
+    stays in bounds (compute-sanitizer checks this run)."""
+    if not device.startswith("cuda"):
+        pytest.skip("the CPU always validates offsets")
+    bad = torch.tensor([3, -7, 100, 2], device=device)
+    x = torch.randn(10, 2, device=device)
+    for op in OPS:
+        pp.segment_reduce(x, bad, op)
+    pp.histogram(x[:, 0], 8, (-1.0, 1.0), offsets=bad)
+    pp.histogram(x[:, 0], 8, (-1.0, 1.0), weights=x[:, 1], offsets=bad)
+    _ops._histogram_bin_index(x[:, 0], 8, -1.0, 1.0, bad)
+    no_sequences = torch.zeros(1, dtype=torch.int64, device=device)  # claims none of the 10 elements
+    assert pp.segment_reduce(x, no_sequences, "sum").shape == (0, 2)
+    assert pp.histogram(x[:, 0], 8, (-1.0, 1.0), offsets=no_sequences).shape == (0, 8)
+    assert _ops._histogram_bin_index(x[:, 0], 8, -1.0, 1.0, no_sequences).tolist() == [-1] * 10
+    torch.cuda.synchronize()
+
+
+# ---- reduce (with masks) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReduceSample:
+    shape: tuple = (5, 37)
+    dim: int = 1
+    op: str = "sum"
+    dtype: torch.dtype = torch.float32
+    mask: str = "none"  # none | random | broadcast (trailing size-1 dim) | rows (some slices all out)
+    keepdim: bool = False
+    values: str = "normal"
+    view: str = "contiguous"
+    slow: bool = False
+    check: bool = False
+    compile: bool = False
+
+    def __str__(self):
+        shape = "x".join(map(str, self.shape)) or "scalar"
+        dtype = str(self.dtype).replace("torch.", "")
+        keep = "-keepdim" if self.keepdim else ""
+        return f"{shape}-dim{self.dim}-{self.op}-{dtype}-mask_{self.mask}-{self.values}-{self.view}{keep}"
+
+    def make(self, device):
+        x = with_layout(draw(self.shape, DRAW_OP[self.op], self.dtype, self.values, device), self.view, self.dim)
+        if self.mask == "none":
+            return x, None
+        if self.mask == "broadcast":
+            mask = torch.rand(self.shape[:-1] + (1,), device=device) > 0.3
+        else:
+            mask = torch.rand(self.shape, device=device) > 0.3
+        if self.mask == "rows" and x.dim() > 0:
+            index = [slice(None)] * x.dim()
+            index[(self.dim + 1) % x.dim()] = 0
+            mask[tuple(index)] = False  # the slices through index 0 of another dim: all masked out
+        return x, mask
+
+
+def _reduce_samples():
+    S = ReduceSample
+    out = []
+    for op in OPS:
+        out.append(S(op=op, check=op in ("mean", "max")))
+        out.append(S(op=op, mask="random", check=op in ("sum", "prod"), compile=op in ("mean", "prod")))
+        out.append(S(op=op, mask="rows", shape=(4, 6, 9), dim=1, dtype=torch.float64))
+        out.append(S(op=op, mask="broadcast", shape=(3, 40, 8), dim=1, keepdim=True))
+        out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
+        out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
+        for dtype in (torch.float16, torch.bfloat16):
+            out.append(S(op=op, dtype=dtype, mask="random"))
+    for op in INT_OPS:
+        for dtype in (torch.int32, torch.int64, torch.bool):
+            out.append(S(op=op, dtype=dtype, mask="random", shape=(4, 21)))
+    out.append(S(shape=(), dim=0, op="sum"))
+    out.append(S(shape=(), dim=-1, op="max", mask="random", keepdim=True))
+    out.append(S(shape=(3, 0, 2), dim=1, op="prod"))
+    out.append(S(shape=(0, 5), dim=1, op="max"))
+    out.append(S(shape=(2, 1 << 17), dim=1, op="sum", slow=True))
+    out.append(S(shape=(1 << 17, 3), dim=0, op="max", mask="random", slow=True))
+    return out
+
+
+REDUCE_SAMPLES = _reduce_samples()
+
+
+@pytest.mark.parametrize("s", sample_params(REDUCE_SAMPLES))
+def test_reduce_matches_reference(s, device):
+    x, mask = s.make(device)
+    got = pp.reduce(x, s.dim, s.op, mask, keepdim=s.keepdim)
+    expected = ref.reduce(x.cpu(), s.dim, s.op, None if mask is None else mask.cpu(), s.keepdim)
+    scale = None
+    if s.dtype.is_floating_point:
+        xc = x.detach().cpu().double()
+        m = torch.ones(x.shape, dtype=torch.bool) if mask is None else mask.cpu().expand(x.shape)
+        counts = ref.reduce(m.long(), s.dim, "sum", None, s.keepdim)
+        absx = torch.where(xc.isfinite(), xc.abs(), 0)
+        scale = ref.reduce(absx, s.dim, s.op, m, s.keepdim) if s.op in ("sum", "mean") else \
+            reduction_scale(None, expected, s.op, counts)
+    assert_close(got, expected, scale=scale)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dim", (0, 1, -1))
+def test_reduce_without_mask_matches_torch(op, dim, device):
+    x = torch.randn(6, 7, 5, dtype=torch.float64, device=device)
+    torch_op = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
+                "logsumexp": torch.logsumexp}[op]
+    for keepdim in (False, True):
+        torch.testing.assert_close(pp.reduce(x, dim, op, keepdim=keepdim), torch_op(x, dim, keepdim=keepdim),
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_masked_mean_pooling(device):
+    """The common use: mean over the valid tokens of a padded batch."""
+    h = torch.randn(4, 9, 16, device=device)
+    lengths = torch.tensor([9, 3, 0, 5], device=device)
+    mask = torch.arange(9, device=device)[None, :] < lengths[:, None]
+    got = pp.reduce(h, 1, "mean", mask[..., None])
+    want = (h * mask[..., None]).sum(1) / lengths.clamp(min=1)[:, None]
+    torch.testing.assert_close(got, want)
+    assert torch.equal(got[2], torch.zeros(16, device=device))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("masked", (False, True))
+def test_reduce_gradcheck(op, masked, device):
+    x = draw((4, 7), DRAW_OP[op], torch.float64, "normal", device)
+    if op in ("max", "min"):
+        x = x + torch.arange(x.numel(), device=device).view(x.shape) * 1e-3
+    if op == "prod":
+        x[1, 2] = 0
+        x[2, 0] = x[2, 5] = 0
+    mask = (torch.rand(4, 7, device=device) > 0.3) if masked else None
+    if masked:
+        mask[3] = False  # an all-masked slice
+    x.requires_grad_(True)
+    out = pp.reduce(x.detach(), 1, op, mask)
+    finite_out = out.isfinite()
+    torch.autograd.gradcheck(lambda t: pp.reduce(t, 1, op, mask).masked_fill(~finite_out, 0), (x,))
+    torch.autograd.gradcheck(lambda t: pp.reduce(t, 0, op, mask, keepdim=True).nan_to_num(0, 0, 0), (x,))
+
+
+def test_reduce_ties_go_to_the_first_unmasked(device):
+    x = torch.tensor([[4.0, 4.0, 1.0, 4.0]], device=device, requires_grad=True)
+    mask = torch.tensor([[False, True, True, True]], device=device)
+    pp.reduce(x, 1, "max", mask).sum().backward()
+    assert x.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in REDUCE_SAMPLES if s.values in FINITE], "check"))
+def test_reduce_opcheck(s, device):
+    x, mask = s.make(device)
+    if s.dtype.is_floating_point:
+        x.requires_grad_(True)
+    torch.library.opcheck(_ops.reduce.default, (x, s.dim, s.op, mask, s.keepdim), test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("s", sample_params([s for s in REDUCE_SAMPLES if s.dtype.is_floating_point], "compile"))
+def test_reduce_compile(s, device):
+    torch._dynamo.reset()
+    x, mask = s.make(device)
+    x = x.detach().requires_grad_(True)
+
+    def f(t, m):
+        return pp.reduce(t.exp(), s.dim, s.op, m, keepdim=s.keepdim) * 3
+
+    out, want = torch.compile(f, fullgraph=True)(x, mask), f(x, mask)
+    torch.testing.assert_close(out, want, equal_nan=True)
+    (g,) = torch.autograd.grad(out.nan_to_num(0).sum(), x)
+    (want_g,) = torch.autograd.grad(want.nan_to_num(0).sum(), x)
+    torch.testing.assert_close(g, want_g, equal_nan=True)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from torch_parprims.ops import reduce as module
+
+    result = doctest.testmod(module, raise_on_error=False, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
