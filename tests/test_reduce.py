@@ -162,10 +162,19 @@ def test_segment_reduce_empty(device):
 
 
 def test_segment_reduce_long_mean_count_is_exact(device):
-    """The mean divides by an integer count (exact past 2^24 elements in float32)."""
-    x = torch.ones((1 << 24) + 5, device=device)
-    offsets = torch.tensor([0, 3, x.numel()], device=device)
-    assert pp.segment_reduce(x, offsets, "mean").tolist() == [1.0, 1.0]
+    """The mean divides by an integer count: a float32 count would stop at 2^24 elements.
+
+    The values alternate +1, -1 (every partial sum is a small integer, exact in any order) and
+    end with two +1, so the long segment's mean is 1 / (its length); a count stuck at 2^24 would
+    give twice that."""
+    n = (1 << 25) + 2
+    x = torch.ones(n, device=device)
+    x[1::2] = -1
+    x[-1] = 1
+    offsets = torch.tensor([0, 3, n], device=device)
+    got = pp.segment_reduce(x, offsets, "mean").double().cpu()
+    want = torch.tensor([1 / 3, 1 / (n - 3)], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
 
 
 def test_segment_reduce_small_for_sanitizer(device):

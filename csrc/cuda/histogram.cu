@@ -2,12 +2,15 @@
 // block (and whenever the block's run of tiles moves on to another sequence).
 //
 // A block takes a contiguous run of tiles (kThreads x kItems values each). A tile inside one
-// sequence adds into the block's shared bins; counts are aggregated across the lanes of a warp
-// that hit the same bin (__match_any_sync), so that skewed data (most values in one bin) costs
-// one shared atomic per warp and bin instead of one per value. A tile that straddles sequences
-// (many short ones) adds each value straight into the output with a global atomic. Counts are
-// 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and 64-bit in
-// the output, so they are exact at any count. Nothing is read back to the host.
+// sequence adds into the block's shared bins. Each thread keeps its last bin and the count (or
+// weight sum) gathered for it in registers and adds them to shared memory only when the bin
+// changes: skewed data (most values in one bin) then costs a shared atomic for a small fraction
+// of its values, and uniform data costs one plain shared atomic per value and nothing more (a
+// warp-wide match of equal bins per value, tried first, cost more than the atomics it saved:
+// 2.27 ms for 2^28 uniform values on an H200, 0.11 of the copy bandwidth). A tile that straddles
+// sequences (many short ones) adds each value straight into the output with a global atomic.
+// Counts are 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and
+// 64-bit in the output, so they are exact at any count. Nothing is read back to the host.
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -24,7 +27,6 @@
 namespace parprims::cuda {
 namespace {
 
-constexpr unsigned kAllLanes = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int kItems = 8;
 constexpr int64_t kTile = kThreads * kItems;
@@ -62,6 +64,26 @@ __device__ __forceinline__ int64_t sequence_of(const ScanGeometry& g, int64_t po
   return w.segment;
 }
 
+// A thread's last bin and what it gathered for it, added to the shared bins when the bin changes.
+template <class Shared, class Acc>
+struct BinCache {
+  int bin = -1;
+  Shared amount = Shared(0);
+
+  __device__ __forceinline__ void add(Shared* hist, int b, Acc weight) {
+    if (b != bin) {
+      spill(hist);
+      bin = b;
+    }
+    amount += static_cast<Shared>(weight);
+  }
+  __device__ __forceinline__ void spill(Shared* hist) {
+    if (bin >= 0 && amount != Shared(0)) atomicAdd(hist + bin, amount);
+    bin = -1;
+    amount = Shared(0);
+  }
+};
+
 template <class T, class Acc>
 struct HistogramParams {
   const T* x;
@@ -82,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramPara
   Shared* hist = reinterpret_cast<Shared*>(smem_raw);
   __shared__ int64_t tile_sequences[2];
   const int64_t nbins = p.bins.bins;
-  const int lane = threadIdx.x & 31;
+  BinCache<Shared, Acc> cache;
 
   if (p.shared_bins) {
     for (int64_t j = threadIdx.x; j < nbins; j += kThreads) hist[j] = Shared(0);
@@ -105,12 +127,16 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramPara
   for (int64_t tile = first_tile; tile < last_tile; ++tile) {
     const int64_t begin = tile * kTile;
     const int64_t end = min(begin + kTile, p.n);
-    if (threadIdx.x < 2) {
-      tile_sequences[threadIdx.x] = sequence_of(p.g, threadIdx.x == 0 ? begin : end - 1, 0, segments - 1);
+    int64_t seq_lo = 0, seq_hi = 0;
+    if (p.g.segments.offsets != nullptr) {  // block-uniform
+      if (threadIdx.x < 2) {
+        tile_sequences[threadIdx.x] = sequence_of(p.g, threadIdx.x == 0 ? begin : end - 1, 0, segments - 1);
+      }
+      __syncthreads();
+      seq_lo = tile_sequences[0];
+      seq_hi = tile_sequences[1];
+      __syncthreads();  // tile_sequences is rewritten by the next tile
     }
-    __syncthreads();
-    const int64_t seq_lo = tile_sequences[0], seq_hi = tile_sequences[1];
-    __syncthreads();  // tile_sequences is rewritten by the next tile
 
     // Load first, then bin: kItems independent loads in flight per thread.
     C values[kItems];
@@ -124,20 +150,16 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramPara
     const bool one_sequence = seq_lo == seq_hi || seq_hi < seq_lo;
     if (p.shared_bins && one_sequence) {
       if (seq_lo != current) {
-        if (current >= 0) flush();
+        if (current >= 0) {
+          cache.spill(hist);
+          flush();
+        }
         current = seq_lo;
       }
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int64_t i = begin + k * kThreads + threadIdx.x;
-        const int bin = i < end ? static_cast<int>(p.bins.bin_of(values[k])) : -1;
-        if constexpr (std::is_same_v<Acc, int64_t>) {
-          // Lanes with the same bin add once, through their lowest lane.
-          const unsigned peers = __match_any_sync(kAllLanes, bin);
-          if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(hist + bin, static_cast<unsigned>(__popc(peers)));
-        } else {
-          if (bin >= 0) atomicAdd(hist + bin, weights[k]);
-        }
+        if (i < end) cache.add(hist, static_cast<int>(p.bins.bin_of(values[k])), weights[k]);
       }
     } else {
 #pragma unroll
@@ -151,7 +173,10 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramPara
       }
     }
   }
-  if (p.shared_bins && current >= 0) flush();
+  if (p.shared_bins && current >= 0) {
+    cache.spill(hist);
+    flush();
+  }
 }
 
 // index[i] = sequence * bins + bin of x[i], or -1 when histogram skips it.

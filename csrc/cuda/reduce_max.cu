@@ -1,10 +1,10 @@
-// CUDA instantiations of the 'max' reduction on the scan engine (see reduce_instantiations.h).
+// CUDA instantiations of the 'max' reduction (engine/segment_reduce.cuh; see reduce_instantiations.h).
 #include "../host/reduce_dispatch.h"
-#include "engine/engine.cuh"
+#include "engine/segment_reduce.cuh"
 #include "reduce_instantiations.h"
 
 namespace parprims::cuda {
 
-void reduce_max(const host::PreparedReduce& c) { host::dispatch_reduce_max(c, Engine{c.in}); }
+void reduce_max(const host::PreparedReduce& c) { host::dispatch_reduce_max(c, SegmentReduceEngine{c.in}); }
 
 }  // namespace parprims::cuda

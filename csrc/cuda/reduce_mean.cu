@@ -1,10 +1,10 @@
-// CUDA instantiations of the 'mean' reduction on the scan engine (see reduce_instantiations.h).
+// CUDA instantiations of the 'mean' reduction (engine/segment_reduce.cuh; see reduce_instantiations.h).
 #include "../host/reduce_dispatch.h"
-#include "engine/engine.cuh"
+#include "engine/segment_reduce.cuh"
 #include "reduce_instantiations.h"
 
 namespace parprims::cuda {
 
-void reduce_mean(const host::PreparedReduce& c) { host::dispatch_reduce_mean(c, Engine{c.in}); }
+void reduce_mean(const host::PreparedReduce& c) { host::dispatch_reduce_mean(c, SegmentReduceEngine{c.in}); }
 
 }  // namespace parprims::cuda

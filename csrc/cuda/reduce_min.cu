@@ -1,10 +1,10 @@
-// CUDA instantiations of the 'min' reduction on the scan engine (see reduce_instantiations.h).
+// CUDA instantiations of the 'min' reduction (engine/segment_reduce.cuh; see reduce_instantiations.h).
 #include "../host/reduce_dispatch.h"
-#include "engine/engine.cuh"
+#include "engine/segment_reduce.cuh"
 #include "reduce_instantiations.h"
 
 namespace parprims::cuda {
 
-void reduce_min(const host::PreparedReduce& c) { host::dispatch_reduce_min(c, Engine{c.in}); }
+void reduce_min(const host::PreparedReduce& c) { host::dispatch_reduce_min(c, SegmentReduceEngine{c.in}); }
 
 }  // namespace parprims::cuda

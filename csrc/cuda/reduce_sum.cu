@@ -1,10 +1,10 @@
-// CUDA instantiations of the 'sum' reduction on the scan engine (see reduce_instantiations.h).
+// CUDA instantiations of the 'sum' reduction (engine/segment_reduce.cuh; see reduce_instantiations.h).
 #include "../host/reduce_dispatch.h"
-#include "engine/engine.cuh"
+#include "engine/segment_reduce.cuh"
 #include "reduce_instantiations.h"
 
 namespace parprims::cuda {
 
-void reduce_sum(const host::PreparedReduce& c) { host::dispatch_reduce_sum(c, Engine{c.in}); }
+void reduce_sum(const host::PreparedReduce& c) { host::dispatch_reduce_sum(c, SegmentReduceEngine{c.in}); }
 
 }  // namespace parprims::cuda

@@ -1,0 +1,290 @@
+// Reductions by segment on CUDA: one pass that folds the input and writes each segment's value
+// where it ends, and a fix-up for the segments that cross the pieces the pass was cut into.
+//
+// The scan engines can reduce (a reduction is a segmented scan that stores only each segment's
+// last inclusive value), but they pay for what a reduction does not need: a per-tile look-back
+// chain and a per-element segment lift. Here the input of each row is cut into pieces of fixed
+// length; a piece writes every segment that starts and ends inside it, and keeps two partial
+// values for the rest: `head`, its part of the segment that started before it (the whole piece
+// when that segment covers it), and `tail`, the part of a segment that starts in it and goes on.
+// A segment spanning pieces c0..c1 is then tail[c0] (+) head[c0+1] (+) ... (+) head[c1],
+// combined in order by one warp in the fix-up. Nothing waits on another block, every slot that
+// the fix-up reads was written by the pass (no workspace zeroing), and the result does not
+// depend on scheduling (deterministic, also for floating sums).
+//
+// Two shapes of pass, both generic over the reduction problem (core/reduce_problems.h):
+//  * rows: a block takes kThreads x kItems consecutive positions of one row, each thread kItems
+//    of them (wide loads when contiguous); a block scan of (value, segment-start) pairs hands
+//    each thread the part of its first segment that earlier threads hold.
+//  * columns: when the reduced dimension is strided and neighbouring rows are neighbours in
+//    memory (`(T, F)` along T, a padded `(B, T, D)` batch along T), each thread walks a chunk of
+//    one row and neighbouring threads take neighbouring rows, so every load is coalesced and
+//    segment boundaries are the same across the warp.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+
+#include "../../core/scan_geometry.h"
+#include "block.cuh"
+#include "engine.cuh"  // wide_access_disabled
+
+namespace parprims::cuda {
+
+// The two partial values of every piece (row, chunk), at row * row_step + chunk * chunk_step.
+template <class Value>
+struct PiecePartials {
+  Value* head;
+  Value* tail;
+  int64_t row_step;
+  int64_t chunk_step;
+  int64_t chunk_length;  // positions per piece
+
+  PP_HD int64_t at(int64_t row, int64_t chunk) const { return row * row_step + chunk * chunk_step; }
+};
+
+// The fold of one piece's positions in order, as they arrive: restarts at a segment start,
+// writes a segment that ends after starting in this piece, and hands the rest to the partials.
+template <class P>
+struct PieceFold {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  Value running;
+  bool started_here;  // whether the segment being folded started inside this piece
+
+  // The value at `pos` (segment `segment`), whether it starts or ends its segment, and whether it
+  // is the last position of the piece.
+  __device__ __forceinline__ void add(const P& problem, const PiecePartials<Value>& parts, int64_t row,
+                                      int64_t chunk, int64_t segment, const Value& v, bool head,
+                                      bool ends_segment, bool ends_piece) {
+    if (head) {
+      running = v;
+      started_here = true;
+    } else {
+      running = M::combine(running, v);
+    }
+    if (ends_segment && started_here) {
+      problem.store_final(row, segment, running);
+    } else if (ends_segment || ends_piece) {
+      (started_here ? parts.tail : parts.head)[parts.at(row, chunk)] = running;
+    }
+  }
+};
+
+// first_segment[c] = the segment holding position c * chunk_length (the last one for c = chunks):
+// found once per piece here, in parallel, instead of by a search at the start of every piece.
+// (static: a kernel that is not a template, defined in a header included by several units)
+static __global__ void __launch_bounds__(256)
+    piece_segments_kernel(const ScanGeometry g, int64_t chunk_length, int64_t chunks, int64_t* first_segment) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c <= chunks; c += stride) {
+    SegmentWalker w;
+    w.seek(g, min(c * chunk_length, g.len - 1));
+    first_segment[c] = w.segment;
+  }
+}
+
+// The segments a piece can touch: [first_segment[c], first_segment[c + 1]] (both 0 when there
+// are no offsets).
+struct PieceSegments {
+  const int64_t* first_segment;  // null: one segment per row
+  PP_HD int64_t lo(int64_t chunk) const { return first_segment ? first_segment[chunk] : 0; }
+  PP_HD int64_t hi(int64_t chunk) const { return first_segment ? first_segment[chunk + 1] : 0; }
+};
+
+template <class Value>
+struct SegmentReducePolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kItems = sizeof(Value) <= 4 ? 16 : sizeof(Value) <= 8 ? 8 : 4;
+  static constexpr int kTile = kThreads * kItems;
+};
+
+template <class P>
+__global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThreads)
+    segment_reduce_rows_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
+                               const PieceSegments segments, int64_t tiles_per_row, int64_t pieces, bool wide) {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  using Seg = Segmented<M>;
+  using Lifted = typename Seg::value_type;
+  using Policy = SegmentReducePolicy<Value>;
+  constexpr int kItems = Policy::kItems;
+  __shared__ typename BlockScan<Seg, Policy::kThreads>::Storage scan_storage;
+
+  for (int64_t piece = blockIdx.x; piece < pieces; piece += gridDim.x) {
+    const int64_t row = piece / tiles_per_row;
+    const int64_t tile = piece - row * tiles_per_row;
+    const int64_t begin = tile * Policy::kTile;
+    const int64_t end = min(begin + Policy::kTile, g.len);
+    const int64_t first = begin + static_cast<int64_t>(threadIdx.x) * kItems;
+    const int count = static_cast<int>(max(int64_t(0), min(int64_t(kItems), end - first)));
+    const auto cursor = problem.cursor(row);
+    Value values[kItems];
+    if (!(count == kItems && wide && problem.template load_run<kItems>(cursor, first, values))) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) values[k] = k < count ? problem.load(cursor, first + k) : M::identity();
+    }
+    SegmentWalker start;
+    if (count > 0) start.seek(g, first, segments.lo(tile), segments.hi(tile));
+
+    // This thread's (value since its last segment start, any start) pair, scanned across the block.
+    SegmentWalker w = start;
+    Lifted mine = Seg::identity();
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (k < count) {
+        const bool head = k == 0 ? w.starts_segment(g, first) : w.enter(g, first + k);
+        mine = Seg::combine(mine, Lifted{values[k], head});
+      }
+    }
+    Lifted total;
+    const Lifted carry = BlockScan<Seg, Policy::kThreads>::exclusive(scan_storage, mine, total);
+
+    PieceFold<P> fold{carry.value, carry.head};
+    w = start;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (k < count) {
+        const int64_t pos = first + k;
+        const bool head = k == 0 ? w.starts_segment(g, pos) : w.enter(g, pos);
+        fold.add(problem, parts, row, tile, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+      }
+    }
+    __syncthreads();  // scan_storage serves the next piece
+  }
+}
+
+template <class P>
+__global__ void __launch_bounds__(256)
+    segment_reduce_columns_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
+                                  const PieceSegments segments, int64_t chunks) {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  constexpr int kUnroll = 8;  // loads in flight per thread
+  const int64_t pieces = g.rows * chunks;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t piece = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; piece < pieces; piece += stride) {
+    const int64_t chunk = piece / g.rows;  // rows fastest: neighbouring threads, neighbouring rows
+    const int64_t row = piece - chunk * g.rows;
+    const int64_t begin = chunk * parts.chunk_length;
+    const int64_t end = min(begin + parts.chunk_length, g.len);
+    const auto cursor = problem.cursor(row);
+    SegmentWalker w;
+    w.seek(g, begin, segments.lo(chunk), segments.lo(chunk));
+    PieceFold<P> fold{M::identity(), false};
+    for (int64_t base = begin; base < end; base += kUnroll) {
+      Value values[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) values[k] = base + k < end ? problem.load(cursor, base + k) : M::identity();
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int64_t pos = base + k;
+        if (pos < end) {
+          const bool head = pos == begin ? w.starts_segment(g, pos) : w.enter(g, pos);
+          fold.add(problem, parts, row, chunk, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+        }
+      }
+    }
+  }
+}
+
+// One warp per (row, segment): the segments that cross pieces, from their partials, in order.
+template <class P>
+__global__ void __launch_bounds__(256)
+    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts) {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  const int lane = threadIdx.x & 31;
+  const int64_t segments = g.num_segments();
+  const int64_t items = g.rows * segments;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; item < items; item += warps) {
+    const int64_t row = item / segments;
+    const int64_t segment = item - row * segments;
+    // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
+    const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(segment)));
+    const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(segment + 1)));
+    if (hi <= lo) continue;  // empty: the host wrote the empty result
+    const int64_t c0 = lo / parts.chunk_length;
+    const int64_t c1 = (hi - 1) / parts.chunk_length;
+    if (c0 == c1) continue;  // written by the pass
+    // Lane l folds a contiguous share of head[c0+1 .. c1]; the warp scan keeps the order.
+    const int64_t share = (c1 - c0 + 31) / 32;
+    const int64_t from = c0 + 1 + lane * share;
+    const int64_t to = min(from + share, c1 + 1);
+    Value acc = M::identity();
+    for (int64_t c = from; c < to; ++c) acc = M::combine(acc, parts.head[parts.at(row, c)]);
+    acc = shfl_idx(warp_inclusive_scan<M>(acc), 31);
+    if (lane == 0) problem.store_final(row, segment, M::combine(parts.tail[parts.at(row, c0)], acc));
+  }
+}
+
+// The engine that `run_reduce` (host/reduce_dispatch.h) drives on CUDA: picks the pass by
+// layout, then the fix-up when a row has more than one piece.
+struct SegmentReduceEngine {
+  static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
+  at::Tensor like;                       // any tensor on the target device
+
+  // Positions per thread of the column pass: enough threads to fill the GPU about eight times
+  // over, at least 16 positions each so that the fix-up stays small.
+  static int64_t column_chunk_length(const ScanGeometry& g) {
+    const int64_t threads_wanted = int64_t(1) << 20;
+    const int64_t per_thread = (g.rows * g.len + threads_wanted - 1) / threads_wanted;
+    return std::max<int64_t>(16, per_thread);
+  }
+
+  template <class P>
+  void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
+    using Value = typename P::Value;
+    TORCH_INTERNAL_ASSERT(!g.reverse && !g.exclusive, "segment reductions run forward and inclusive");
+    if (g.rows == 0 || g.len == 0) return;
+    const c10::cuda::CUDAGuard guard(like.device());
+    auto stream = at::cuda::getCurrentCUDAStream();
+    const bool columns = layout.rows_adjacent && g.rows > 1;
+    const int64_t chunk_length = columns ? column_chunk_length(g) : SegmentReducePolicy<Value>::kTile;
+    const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
+    const int64_t pieces = g.rows * chunks;
+    at::Tensor workspace = at::empty({static_cast<int64_t>(2 * pieces * sizeof(Value))}, like.options().dtype(at::kByte));
+    PieceSegments segments{nullptr};
+    at::Tensor first_segment;
+    if (g.segments.offsets != nullptr) {
+      first_segment = at::empty({chunks + 1}, like.options().dtype(at::kLong));
+      segments.first_segment = first_segment.const_data_ptr<int64_t>();
+      const int64_t blocks = std::min<int64_t>((chunks + 256) / 256, int64_t(1) << 16);
+      piece_segments_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g, chunk_length, chunks,
+                                                                             first_segment.data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    PiecePartials<Value> parts;
+    parts.head = reinterpret_cast<Value*>(workspace.data_ptr());
+    parts.tail = parts.head + pieces;
+    parts.chunk_length = chunk_length;
+    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernels loop over what is left
+    if (columns) {
+      parts.row_step = 1;
+      parts.chunk_step = g.rows;
+      const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, kMaxBlocks);
+      segment_reduce_columns_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts, segments, chunks);
+    } else {
+      using Policy = SegmentReducePolicy<Value>;
+      parts.row_step = chunks;
+      parts.chunk_step = 1;
+      const int64_t blocks = std::min<int64_t>(pieces, kMaxBlocks);
+      segment_reduce_rows_kernel<P><<<static_cast<unsigned>(blocks), Policy::kThreads, 0, stream>>>(
+          problem, g, parts, segments, chunks, pieces, !wide_access_disabled());
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (chunks > 1) {
+      const int64_t warps = g.rows * g.num_segments();
+      const int64_t blocks = std::min<int64_t>((warps + 7) / 8, kMaxBlocks);
+      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+};
+
+}  // namespace parprims::cuda
