@@ -117,6 +117,22 @@ def test_histogram_equals_histc_and_bincount(bins, skew, device):
     assert torch.equal(got, torch.bincount(index, minlength=bins))
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+@pytest.mark.parametrize("bins,lo,hi", ((97, -3.7, 11.3), (256, 0.0, 1.0), (10, 0.1, 0.7), (1000, -1e3, 1e-3)))
+def test_histogram_bin_edges_agree_with_histc(bins, lo, hi, dtype, device):
+    """Values on every bin edge and one ulp either side land where torch.histc puts them (the
+    kernels multiply by 1 / (hi - lo) and divide only near an edge)."""
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64).to(dtype)
+    k = torch.arange(bins + 1, dtype=dtype)
+    exact = (lo + k * ((hi - lo) / bins)).to(dtype)  # the edges as the bin formula sees them
+    values = torch.cat([edges, exact])
+    inf = torch.tensor(float("inf"), dtype=dtype)
+    x = torch.cat([values, torch.nextafter(values, inf), torch.nextafter(values, -inf)])
+    x = x[(x >= lo) & (x <= hi)]
+    got = pp.histogram(x.to(device), bins, (lo, hi))
+    assert torch.equal(got.cpu(), torch.histc(x, bins, lo, hi).long())
+
+
 def test_histogram_edges_and_specials(device):
     x = torch.tensor([0.0, 1.0, 0.5, -0.1, 1.1, float("nan"), float("inf"), -float("inf"), 0.25], device=device)
     assert pp.histogram(x, 4, (0.0, 1.0)).tolist() == [1, 1, 1, 1]  # 1.0 (hi) goes to the last bin

@@ -25,8 +25,9 @@ template <class T, class Acc>
 void histogram_range(const T* x, const Acc* w, int64_t begin, int64_t end, const HistogramBins<host::compute_t<T>>& b,
                      Acc* hist) {
   using C = host::compute_t<T>;
+  const C inv_range = C(1) / (b.hi - b.lo);
   for (int64_t i = begin; i < end; ++i) {
-    const int64_t bin = b.bin_of(static_cast<C>(x[i]));
+    const int64_t bin = b.bin_of_fast(static_cast<C>(x[i]), inv_range);
     if (bin >= 0) hist[bin] += w != nullptr ? w[i] : Acc(1);
   }
 }

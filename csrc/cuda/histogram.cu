@@ -93,6 +93,7 @@ struct HistogramParams {
   int64_t tiles_per_block;
   bool shared_bins;
   HistogramBins<host::compute_t<T>> bins;
+  host::compute_t<T> inv_range;  // 1 / (hi - lo), for bin_of_fast
   ScanGeometry g;  // len = n; segments = the offsets (none: one histogram)
 };
 
@@ -159,14 +160,14 @@ __global__ void __launch_bounds__(kThreads) histogram_kernel(const HistogramPara
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int64_t i = begin + k * kThreads + threadIdx.x;
-        if (i < end) cache.add(hist, static_cast<int>(p.bins.bin_of(values[k])), weights[k]);
+        if (i < end) cache.add(hist, static_cast<int>(p.bins.bin_of_fast(values[k], p.inv_range)), weights[k]);
       }
     } else {
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int64_t i = begin + k * kThreads + threadIdx.x;
         if (i >= end) continue;
-        const int64_t bin = p.bins.bin_of(values[k]);
+        const int64_t bin = p.bins.bin_of_fast(values[k], p.inv_range);
         if (bin < 0) continue;
         const int64_t s = one_sequence ? seq_lo : sequence_of(p.g, i, seq_lo, seq_hi);
         global_add(p.out + s * nbins + bin, weights[k]);
@@ -205,6 +206,7 @@ void launch_histogram(const host::PreparedHistogram& c) {
   p.out = c.out.data_ptr<Acc>();
   p.n = c.x.numel();
   p.bins = {static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins};
+  p.inv_range = C(1) / (p.bins.hi - p.bins.lo);
   p.g = sequences_of(c);
   const int64_t shared_bytes = c.bins * static_cast<int64_t>(sizeof(Shared));
   p.shared_bins = shared_bytes <= kSharedBinBytes;

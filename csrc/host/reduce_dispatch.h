@@ -33,10 +33,9 @@ void run_reduce(const PreparedReduce& c, Engine& engine) {
     p.mask = c.mask.const_data_ptr<bool>();
     p.mask_rows = idx[2];
   }
-  // The layout of what is read picks the kernel; the output is written once per segment.
-  std::vector<RowIndexer> read{idx[0]};
-  if (c.mask.defined()) read.push_back(idx[2]);
-  engine(p, c.geometry, classify_layout(read.data(), static_cast<int>(read.size()), c.geometry.len));
+  // The input's layout picks the kernel: the output is written once per segment, and a mask is
+  // usually a broadcast of far fewer bytes (a padded batch's (B, L, 1) attention mask).
+  engine(p, c.geometry, classify_layout(&idx[0], 1, c.geometry.len));
 }
 
 // In the accumulate type of T on the engine's device (float for half; double on the CPU for

@@ -8,7 +8,7 @@
 // values for the rest: `head`, its part of the segment that started before it (the whole piece
 // when that segment covers it), and `tail`, the part of a segment that starts in it and goes on.
 // A segment spanning pieces c0..c1 is then tail[c0] (+) head[c0+1] (+) ... (+) head[c1],
-// combined in order by one warp in the fix-up. Nothing waits on another block, every slot that
+// combined in order in the fix-up. Nothing waits on another block, every slot that
 // the fix-up reads was written by the pass (no workspace zeroing), and the result does not
 // depend on scheduling (deterministic, also for floating sums).
 //
@@ -130,28 +130,41 @@ __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThrea
     }
     SegmentWalker start;
     if (count > 0) start.seek(g, first, segments.lo(tile), segments.hi(tile));
+    const int64_t last = first + count - 1;
+    // Most runs hold no segment start when sequences are much longer than a run: one fold of the
+    // values (the padding is the identity) and no walk.
+    const bool plain = count > 0 && !start.starts_segment(g, first) && start.next_start > last;
+    Value folded = values[0];
+#pragma unroll
+    for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
 
     // This thread's (value since its last segment start, any start) pair, scanned across the block.
+    Lifted mine = plain ? Lifted{folded, false} : Seg::identity();
     SegmentWalker w = start;
-    Lifted mine = Seg::identity();
+    if (!plain) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (k < count) {
-        const bool head = k == 0 ? w.starts_segment(g, first) : w.enter(g, first + k);
-        mine = Seg::combine(mine, Lifted{values[k], head});
+      for (int k = 0; k < kItems; ++k) {
+        if (k < count) {
+          const bool head = k == 0 ? w.starts_segment(g, first) : w.enter(g, first + k);
+          mine = Seg::combine(mine, Lifted{values[k], head});
+        }
       }
     }
     Lifted total;
     const Lifted carry = BlockScan<Seg, Policy::kThreads>::exclusive(scan_storage, mine, total);
 
     PieceFold<P> fold{carry.value, carry.head};
-    w = start;
+    if (plain) {
+      fold.add(problem, parts, row, tile, start.segment, folded, false, start.is_last(last), last == end - 1);
+    } else {
+      w = start;
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (k < count) {
-        const int64_t pos = first + k;
-        const bool head = k == 0 ? w.starts_segment(g, pos) : w.enter(g, pos);
-        fold.add(problem, parts, row, tile, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+      for (int k = 0; k < kItems; ++k) {
+        if (k < count) {
+          const int64_t pos = first + k;
+          const bool head = k == 0 ? w.starts_segment(g, pos) : w.enter(g, pos);
+          fold.add(problem, parts, row, tile, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+        }
       }
     }
     __syncthreads();  // scan_storage serves the next piece
@@ -176,6 +189,19 @@ __global__ void __launch_bounds__(256)
     SegmentWalker w;
     w.seek(g, begin, segments.lo(chunk), segments.lo(chunk));
     PieceFold<P> fold{M::identity(), false};
+    if (!w.starts_segment(g, begin) && w.next_start >= end) {
+      // No segment starts in the chunk (the common case): fold, then hand the fold on once.
+      Value acc = M::identity();
+      for (int64_t base = begin; base < end; base += kUnroll) {
+        Value values[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) values[k] = base + k < end ? problem.load(cursor, base + k) : M::identity();
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) acc = M::combine(acc, values[k]);
+      }
+      fold.add(problem, parts, row, chunk, w.segment, acc, false, w.is_last(end - 1), true);
+      continue;
+    }
     for (int64_t base = begin; base < end; base += kUnroll) {
       Value values[kUnroll];
 #pragma unroll
@@ -192,34 +218,55 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// One warp per (row, segment): the segments that cross pieces, from their partials, in order.
+// The segments that cross pieces, from their partials, in order: one thread per (row, segment),
+// rows fastest (neighbouring threads share the segment's offsets and read neighbouring partials
+// in the column layout), folding head[c0+1 .. c1] itself when the segment spans few pieces; the
+// rare segment that spans more (one huge sequence) is folded by the whole warp.
 template <class P>
 __global__ void __launch_bounds__(256)
     segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
+  constexpr int64_t kSerialSpan = 32;
   const int lane = threadIdx.x & 31;
-  const int64_t segments = g.num_segments();
-  const int64_t items = g.rows * segments;
+  const int64_t items = g.rows * g.num_segments();
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; item < items; item += warps) {
-    const int64_t row = item / segments;
-    const int64_t segment = item - row * segments;
-    // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
-    const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(segment)));
-    const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(segment + 1)));
-    if (hi <= lo) continue;  // empty: the host wrote the empty result
-    const int64_t c0 = lo / parts.chunk_length;
-    const int64_t c1 = (hi - 1) / parts.chunk_length;
-    if (c0 == c1) continue;  // written by the pass
-    // Lane l folds a contiguous share of head[c0+1 .. c1]; the warp scan keeps the order.
-    const int64_t share = (c1 - c0 + 31) / 32;
-    const int64_t from = c0 + 1 + lane * share;
-    const int64_t to = min(from + share, c1 + 1);
-    Value acc = M::identity();
-    for (int64_t c = from; c < to; ++c) acc = M::combine(acc, parts.head[parts.at(row, c)]);
-    acc = shfl_idx(warp_inclusive_scan<M>(acc), 31);
-    if (lane == 0) problem.store_final(row, segment, M::combine(parts.tail[parts.at(row, c0)], acc));
+  for (int64_t base = warp * 32; base < items; base += warps * 32) {  // the same trip count for a whole warp
+    const int64_t item = base + lane;
+    int64_t row = 0, segment = 0, c0 = 0, c1 = 0;
+    if (item < items) {
+      segment = item / g.rows;
+      row = item - segment * g.rows;
+      // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
+      const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(segment)));
+      const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(segment + 1)));
+      if (hi > lo) {  // an empty segment has the empty result the host wrote
+        c0 = lo / parts.chunk_length;
+        c1 = (hi - 1) / parts.chunk_length;
+      }
+    }
+    const bool warp_folds = c1 - c0 > kSerialSpan;
+    if (c1 > c0 && !warp_folds) {  // c0 == c1: written by the pass
+      Value acc = parts.tail[parts.at(row, c0)];
+      for (int64_t c = c0 + 1; c <= c1; ++c) acc = M::combine(acc, parts.head[parts.at(row, c)]);
+      problem.store_final(row, segment, acc);
+    }
+    unsigned pending = __ballot_sync(kFullMask, warp_folds);
+    while (pending != 0) {
+      const int src = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int64_t r = shfl_idx(row, src), s = shfl_idx(segment, src);
+      const int64_t a = shfl_idx(c0, src), b = shfl_idx(c1, src);
+      // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order.
+      const int64_t share = (b - a + 31) / 32;
+      const int64_t from = a + 1 + lane * share;
+      const int64_t to = min(from + share, b + 1);
+      Value acc = M::identity();
+      for (int64_t c = from; c < to; ++c) acc = M::combine(acc, parts.head[parts.at(r, c)]);
+      acc = shfl_idx(warp_inclusive_scan<M>(acc), 31);
+      if (lane == 0) problem.store_final(r, s, M::combine(parts.tail[parts.at(r, a)], acc));
+    }
   }
 }
 
@@ -279,8 +326,8 @@ struct SegmentReduceEngine {
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (chunks > 1) {
-      const int64_t warps = g.rows * g.num_segments();
-      const int64_t blocks = std::min<int64_t>((warps + 7) / 8, kMaxBlocks);
+      const int64_t items = g.rows * g.num_segments();
+      const int64_t blocks = std::min<int64_t>((items + 255) / 256, kMaxBlocks);
       segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
