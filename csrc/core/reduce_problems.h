@@ -1,11 +1,12 @@
 // Reductions as scan problems: a block reduction is a block scan's aggregate.
 //
-// The engines scan the segmented lift of the monoid along each row and hand the inclusive value
-// at every segment's last element to `store_final`: that value is the segment's reduction. No
-// per-element output is written (store and store_run do nothing), so a reduction reads its input
-// once and writes one value per (row, segment); the look-back carries a sequence that spans
-// tiles, whatever the length distribution. A segment with no element never reaches store_final:
-// the host fills the output with the empty result first (ReduceTraits::empty_result).
+// A reduction problem loads elements into a monoid and writes one value per (row, segment) in
+// `store_final`; nothing is written per element (store and store_run do nothing). The CPU scan
+// engine runs it as a segmented scan that hands each segment's last inclusive value to
+// `store_final`; the CUDA segment-reduce engine (cuda/engine/segment_reduce.cuh) folds pieces of
+// each row and combines the pieces' partial values for the segments that cross them. A segment
+// with no element never reaches store_final: the host fills the output with the empty result
+// first (ReduceTraits::empty_result).
 //
 // `segment_reduce` cuts the reduced dimension by packed-sequence offsets; `reduce` is one segment
 // per row, optionally masked (a masked-out element loads as the identity). Torch-free.

@@ -1,4 +1,4 @@
-// The CUDA ops of the reduction family: segment_reduce and reduce on the CUDA scan engine
+// The CUDA ops of the reduction family: segment_reduce and reduce on the segment-reduce engine
 // (reduce_<op>.cu, one unit per operator), and the histogram
 // (histogram.cu). The rest is host/reduce_host.cpp. Schemas: csrc/registration.cpp.
 #include <c10/cuda/CUDAGuard.h>
