@@ -1,5 +1,5 @@
-"""torch_parprims.distributed.affine_scan: each rank's slice of the result, the final state and
-the gradients equal what one process computes on the whole sequence.
+"""torch_parprims.distributed.affine_scan and selective_scan: each rank's slice of the result,
+the final state and the gradients equal what one process computes on the whole sequence.
 
 Spawning processes costs seconds each, so one spawned job per group size runs every case
 (gloo on the CPU with 2 and 4 processes, NCCL with 2 GPUs); a case that fails raises in its
@@ -173,6 +173,95 @@ def _check_case(case: Case, rank: int, world: int, device):
         torch.testing.assert_close(grad_h0, full[2].grad, **close)
 
 
+# ---- the selective scan ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectiveCase:
+    lengths: Tuple[int, ...]  # L on each rank, in rank order
+    bc: str = "var"  # var (batch, N, L) | const (dim, N) | group (batch, G, N, L)
+    extras: bool = True  # D, z, delta_bias and softplus
+    init: bool = False
+    loss: str = "both"  # both | out | last
+    seqs: Optional[Tuple[int, ...]] = None  # packed sequences (batch 1) crossing the slices
+
+    @property
+    def batch(self):
+        return 1 if self.seqs is not None else 2
+
+
+def _selective_cases(world):
+    if world == 2:
+        splits, packed = [(7, 7), (0, 9), (11, 0), (1, 30)], ((4, 10), (3, 0, 6, 5))
+    else:
+        splits, packed = [(5, 0, 17, 3), (0, 4, 4, 0), (0, 0, 0, 6), (9, 1, 0, 12)], ((5, 0, 17, 3), (2, 10, 0, 13))
+    s0, s1, s2, s3 = splits
+    return [
+        SelectiveCase(s0, init=True),
+        SelectiveCase(s1, bc="const", init=True, loss="last"),
+        SelectiveCase(s2, bc="group", extras=False),
+        SelectiveCase(s3, init=True, loss="out"),
+        SelectiveCase(s3, bc="const", extras=False, init=True),
+        SelectiveCase(packed[0], seqs=packed[1], init=True),
+        SelectiveCase(packed[0], seqs=packed[1], bc="const", extras=False),
+    ]
+
+
+def _selective_inputs(case: SelectiveCase, device):
+    """The whole sequence's inputs (float64), loss weights for out and last_state, the same on
+    every rank."""
+    g = torch.Generator().manual_seed(zlib.crc32(repr(case).encode()))
+    d, n, groups, L = 4, 3, 2, sum(case.lengths)
+    b = case.batch
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+    x = dict(u=r(b, d, L), delta=torch.rand(b, d, L, generator=g, dtype=torch.float64) * 0.6 + 0.05,
+             A=-torch.rand(d, n, generator=g, dtype=torch.float64) - 0.2)
+    shape = {"var": (b, n, L), "const": (d, n), "group": (b, groups, n, L)}[case.bc]
+    x["B"], x["C"] = r(*shape), r(*shape)
+    x["D"], x["z"], x["delta_bias"] = (r(d), r(b, d, L), r(d)) if case.extras else (None, None, None)
+    states = len(case.seqs) if case.seqs is not None else b
+    x["initial_state"] = r(states, d, n) if case.init else None
+    x = {k: (v.to(device) if v is not None else None) for k, v in x.items()}
+    return x, r(b, d, L).to(device), r(case.lengths.__len__(), states, d, n).to(device)
+
+
+def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
+    x, weight_out, weight_last = _selective_inputs(case, device)
+    softplus = case.extras
+    offsets = None if case.seqs is None else torch.tensor((0,) + case.seqs).cumsum(0).to(device)
+    start, length = sum(case.lengths[:rank]), case.lengths[rank]
+    timed = lambda name, v: v is not None and v.dim() >= 3 and v.shape[-1] == sum(case.lengths) and not (
+        name == "B" and case.bc == "const")
+
+    def loss(out, last, w_out, w_last):
+        terms = {"out": (out * w_out).sum(), "last": (last * w_last).sum()}
+        return terms["out"] + terms["last"] if case.loss == "both" else terms[case.loss]
+
+    full = {k: _leaf(v) for k, v in x.items()}
+    out_full, last_full = pp.selective_scan(**full, delta_softplus=softplus, cu_seqlens=offsets)
+    loss(out_full, last_full, weight_out, weight_last.sum(0)).backward()
+
+    part = {k: _leaf(v.narrow(-1, start, length) if timed(k, v) else v) for k, v in x.items()}
+    local = None if offsets is None else pp.distributed.local_cu_seqlens(offsets, start, length)
+    out, last = pp.distributed.selective_scan(**part, delta_softplus=softplus, cu_seqlens=local)
+    loss(out, last, weight_out.narrow(-1, start, length), weight_last[rank]).backward()
+
+    close = dict(rtol=1e-10, atol=1e-11, msg=lambda m: f"{case} on rank {rank}: {m}")
+    torch.testing.assert_close(out, out_full.narrow(-1, start, length).detach(), **close)
+    torch.testing.assert_close(last, last_full.detach(), **close)
+    for name, leaf in part.items():
+        if leaf is None:
+            continue
+        want = full[name].grad
+        got = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        if timed(name, x[name]):
+            want = want.narrow(-1, start, length)
+        else:  # shared by the ranks (or read by rank 0 only): the sum over the group
+            got = got.clone()
+            dist.all_reduce(got)
+        torch.testing.assert_close(got, want, **close)
+
+
 def _worker(rank, world, init_file, backend):
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -181,6 +270,8 @@ def _worker(rank, world, init_file, backend):
     try:
         for case in _cases(world):
             _check_case(case, rank, world, device)
+        for case in _selective_cases(world):
+            _check_selective_case(case, rank, world, device)
     finally:
         dist.destroy_process_group()
 

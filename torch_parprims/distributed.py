@@ -4,13 +4,17 @@ across the ranks of a process group.
 Importing this module does not initialize (or need) a process group; the collectives run only
 when a function is called, through ``torch.distributed`` (NCCL on GPUs, gloo on the CPU).
 """
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from .ops import _args
 from .ops.affine import affine_scan as _local_affine_scan
+from .ops.reduce import segment_reduce as _segment_reduce
+from .ops.selective_scan import selective_scan as _local_selective_scan
 
 _ops = torch.ops.parprims
 
@@ -250,3 +254,206 @@ class _AffineScan(torch.autograd.Function):
             grad_initial = grad_carry if ctx.first else torch.zeros_like(grad_carry)
             grad_initial = grad_initial.to(ctx.initial_dtype)
         return grad_a, lam, grad_initial, None, None, None, None, None, None, None
+
+
+# ---- the selective scan -------------------------------------------------------------------
+
+
+def selective_scan(
+    u: torch.Tensor,
+    delta: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    delta_bias: Optional[torch.Tensor] = None,
+    delta_softplus: bool = False,
+    initial_state: Optional[torch.Tensor] = None,
+    group=None,
+    *,
+    cu_seqlens: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`torch_parprims.selective_scan` with the time dimension L split across ``group``.
+
+    Every rank holds a contiguous slice of L, in rank order (any lengths, empty ones included):
+    its slice of ``u``, ``delta``, ``z`` and of variable or grouped ``B`` and ``C``; ``A``,
+    ``D``, ``delta_bias`` and constant ``B``/``C`` are the same on every rank. Each rank gets
+    its slice of the ``out`` that one process computes on the whole sequence, and the global
+    ``last_state`` (the same on every rank).
+
+    Args:
+        u, delta, A, B, C, D, z, delta_bias, delta_softplus: as for
+            :func:`torch_parprims.selective_scan`, on this rank's slice.
+        initial_state: ``(batch, dim, N)`` (``(S, dim, N)`` with ``cu_seqlens``) or ``None``;
+            only rank 0 reads it.
+        group: the process group (the default one when ``None``); every rank calls this.
+        cu_seqlens: packed sequences (batch 1) that may cross rank boundaries, as this rank
+            sees them: the global offsets minus the slice's start, clamped to ``[0, local L]``
+            (:func:`local_cu_seqlens`). A sequence continues its state from the rank before; one
+            that starts on a rank begins from its ``initial_state`` (zeros when ``None``).
+
+    Returns:
+        ``(out, last_state)`` as :func:`torch_parprims.selective_scan` returns them: ``out``
+        this rank's slice, ``last_state`` the state after the whole sequence (per sequence with
+        ``cu_seqlens``).
+
+    Gradients flow to every input of every rank. Parameters shared by the ranks (``A``, ``D``,
+    ``delta_bias``, constant ``B``/``C``) get each rank's share, to be summed over the group (as
+    data parallelism all-reduces them anyway); ``initial_state``'s arrives on rank 0;
+    ``last_state`` is replicated, so the gradients reaching it on all ranks are summed.
+
+    The scheme is :func:`affine_scan`'s, per (row, channel, state): rank r's slice maps the state
+    entering it to the one leaving it by ``out = P_r * in + f_r``, where ``f_r`` is the slice's
+    last state from a zero start and ``P_r = exp(A * sum_t delta_t)`` the product of its decays
+    (per sequence with ``cu_seqlens``; 1 for a sequence absent from the slice). One all-gather of
+    the ``(P, f)`` pairs (2 x batch x dim x N values per rank, never the sequence) gives each rank
+    its carry-in; each rank but the first runs its slice again from it. The backward gathers one
+    pair per rank too (the gradient at each slice's start, and that of ``last_state``) and runs
+    the chain backwards. Compute: a rank other than the first runs its slice's selective scan
+    twice, forward and backward, and keeps both passes' saved tensors until the backward.
+
+    Example (``torchrun --nproc-per-node=2 example.py``)::
+
+        import torch, torch.distributed as dist
+        import torch_parprims as pp
+
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        torch.cuda.set_device(rank)
+        torch.manual_seed(0)  # the same full sequence on every rank, for the illustration
+        b, d, L, n = 1, 64, 4096, 16
+        u, delta = torch.randn(b, d, L, device="cuda"), torch.rand(b, d, L, device="cuda")
+        A = -torch.rand(d, n, device="cuda")
+        B, C = torch.randn(b, n, L, device="cuda"), torch.randn(b, n, L, device="cuda")
+        part = slice(rank * L // world, (rank + 1) * L // world)
+        out, last = pp.distributed.selective_scan(u[..., part], delta[..., part], A, B[..., part], C[..., part])
+        out_full, last_full = pp.selective_scan(u, delta, A, B, C)
+        assert torch.allclose(out, out_full[..., part], atol=1e-4) and torch.allclose(last, last_full, atol=1e-4)
+    """
+    import torch.distributed as dist
+
+    for name, value in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
+        _args.expect_tensor(name, value)
+    spec = _ScanSpec(group, dist.get_rank(group), dist.get_world_size(group), _args.expect_bool(
+        "delta_softplus", delta_softplus), None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens))
+    return _SelectiveScan.apply(spec, u, delta, A, B, C, D, z, delta_bias, initial_state)
+
+
+@dataclass(frozen=True)
+class _ScanSpec:
+    group: Any
+    rank: int
+    world: int
+    delta_softplus: bool
+    cu_seqlens: Optional[torch.Tensor]
+
+
+_SELECTIVE_INPUTS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
+
+
+def _run_selective(args: dict, spec: _ScanSpec, initial_state):
+    return _local_selective_scan(args["u"], args["delta"], args["A"], args["B"], args["C"], args["D"], args["z"],
+                                 args["delta_bias"], spec.delta_softplus, initial_state, spec.cu_seqlens)
+
+
+def _decay_product(args: dict, spec: _ScanSpec, like: torch.Tensor) -> torch.Tensor:
+    """exp(A * sum_t delta_t) over this slice, per row (or sequence), channel and state: the
+    factor by which the slice scales the state entering it. ``like``: a state (dtype, shape)."""
+    delta = args["delta"].to(like.dtype)
+    if args["delta_bias"] is not None:
+        delta = delta + args["delta_bias"].to(like.dtype)[:, None]
+    if spec.delta_softplus:
+        delta = F.softplus(delta)  # threshold 20, as the op
+    if spec.cu_seqlens is None:
+        total = delta.sum(-1)  # (batch, dim)
+    else:
+        total = _segment_reduce(delta[0], spec.cu_seqlens, "sum", dim=-1).t()  # (S, dim)
+    return torch.exp(args["A"].to(like.dtype) * total[..., None])
+
+
+def _chain(products: torch.Tensor, finals: torch.Tensor):
+    """The state entering each rank's slice (a zero state enters the first) and the one leaving
+    the last, composing ``s = P_r * s + f_r`` in rank order."""
+    state = torch.zeros_like(finals[0])
+    carries = []
+    for r in range(finals.shape[0]):
+        carries.append(state)
+        state = torch.addcmul(finals[r], products[r], state)
+    return torch.stack(carries), state
+
+
+def _grad_leaf(x, needed: bool):
+    if not isinstance(x, torch.Tensor):
+        return x
+    return x.detach().requires_grad_(needed and (x.is_floating_point() or x.is_complex()))
+
+
+class _SelectiveScan(torch.autograd.Function):
+    """Keeps the autograd graphs of the local passes (run on detached leaves) and, in the
+    backward, differentiates them and the rank chain explicitly, so that every rank takes part
+    in the backward's one all-gather whatever its loss reads."""
+
+    @staticmethod
+    def forward(ctx, spec: _ScanSpec, *inputs):
+        leaves = [_grad_leaf(x, need) for x, need in zip(inputs, ctx.needs_input_grad[1:])]
+        args = dict(zip(_SELECTIVE_INPUTS, leaves))
+        first = spec.rank == 0
+        with torch.enable_grad():
+            # Pass 1: the slice from a zero state (rank 0: from initial_state, already final).
+            out, local_final = _run_selective(args, spec, args["initial_state"] if first else None)
+            product = torch.zeros_like(local_final) if first else _decay_product(args, spec, local_final)
+        gathered = _all_gather(torch.stack([product, local_final]).detach(), spec.world, spec.group)
+        carries, last_state = _chain(gathered[:, 0], gathered[:, 1])
+        carry = None
+        if not first:
+            # Pass 2: the slice from the state the ranks before it leave.
+            carry = carries[spec.rank].clone().requires_grad_(any(ctx.needs_input_grad))
+            with torch.enable_grad():
+                out, _ = _run_selective(args, spec, carry)
+        ctx.spec, ctx.leaves, ctx.out, ctx.carry = spec, leaves, out, carry
+        ctx.product, ctx.local_final, ctx.gathered = product, local_final, gathered
+        return out.detach(), last_state
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_last):
+        spec = ctx.spec
+        first = spec.rank == 0
+        if grad_out is None:
+            grad_out = torch.zeros_like(ctx.out)
+        if grad_last is None:
+            grad_last = torch.zeros_like(ctx.local_final)
+        wanted = [i for i, x in enumerate(ctx.leaves) if isinstance(x, torch.Tensor) and x.requires_grad]
+        wanted_leaves = [ctx.leaves[i] for i in wanted]
+        grads = [None] * len(_SELECTIVE_INPUTS)
+
+        def accumulate(new):
+            for i, g in zip(wanted, new):
+                if g is not None:
+                    grads[i] = g if grads[i] is None else grads[i] + g
+
+        # What this rank's out says about its inputs and the state entering its slice (pass 2).
+        grad_carry = torch.zeros_like(ctx.local_final)
+        if not first:
+            *through_out, grad_carry = torch.autograd.grad(ctx.out, wanted_leaves + [ctx.carry], grad_out,
+                                                           allow_unused=True)
+            accumulate(through_out)
+            grad_carry = torch.zeros_like(ctx.local_final) if grad_carry is None else grad_carry
+        # Every rank's, through the chain, to this rank's (P, f).
+        every = _all_gather(torch.stack([grad_carry, grad_last]), spec.world, spec.group)
+        summaries = ctx.gathered.detach().requires_grad_()
+        with torch.enable_grad():
+            carries, last_state = _chain(summaries[:, 0], summaries[:, 1])
+            total = (carries * every[:, 0]).sum() + (last_state * every[:, 1].sum(0)).sum()
+        grad_product, grad_final = torch.autograd.grad(total, summaries)[0][spec.rank]
+        # Through pass 1 (rank 0: its out and its last state come from that one pass).
+        if first:
+            outputs, seeds = [ctx.out, ctx.local_final], [grad_out, grad_final]
+        else:
+            outputs, seeds = [ctx.product, ctx.local_final], [grad_product, grad_final]
+        linked = [(o, g) for o, g in zip(outputs, seeds) if o.requires_grad]
+        if wanted_leaves and linked:
+            accumulate(torch.autograd.grad([o for o, _ in linked], wanted_leaves, [g for _, g in linked],
+                                           allow_unused=True))
+        return (None, *grads)
