@@ -262,6 +262,48 @@ def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
         torch.testing.assert_close(got, want, **close)
 
 
+# ---- the Mamba block ---------------------------------------------------------------------------
+
+
+def _block_cases(world):
+    """(slice lengths, packed sequence lengths or None): slices shorter than the convolution's
+    reach (its d_conv - 1 = 3 taps then span several ranks) and empty ones."""
+    if world == 2:
+        return [((7, 7), None), ((1, 12), None), ((0, 9), None), ((4, 10), (3, 0, 6, 5)), ((2, 11), (1, 4, 8))]
+    return [((5, 0, 17, 3), None), ((1, 2, 0, 10), None), ((5, 0, 17, 3), (2, 10, 0, 13)),
+            ((1, 1, 1, 9), (2, 1, 9))]
+
+
+def _check_block_case(lengths, seqs, rank, world, device):
+    from torch_parprims.nn import Mamba
+
+    torch.manual_seed(zlib.crc32(repr((lengths, seqs)).encode()))
+    block = Mamba(d_model=8, d_state=4, d_conv=4, expand=2).to(device=device, dtype=torch.float64)
+    batch, L = (1 if seqs else 2), sum(lengths)
+    x = torch.randn(batch, L, 8, dtype=torch.float64, device=device)
+    weight = torch.randn(batch, L, 8, dtype=torch.float64, device=device)
+    offsets = None if seqs is None else torch.tensor((0,) + seqs).cumsum(0).to(device)
+    start, length = sum(lengths[:rank]), lengths[rank]
+
+    x_full = _leaf(x)
+    (block(x_full, cu_seqlens=offsets) * weight).sum().backward()
+    want_params = {name: p.grad.clone() for name, p in block.named_parameters()}
+    block.zero_grad()
+
+    x_part = _leaf(x[:, start:start + length])
+    out = block(x_part, cu_seqlens=offsets, sequence_parallel_group=dist.group.WORLD)
+    (out * weight[:, start:start + length]).sum().backward()
+
+    close = dict(rtol=1e-10, atol=1e-11, msg=lambda m: f"block {lengths} {seqs} on rank {rank}: {m}")
+    with torch.no_grad():
+        torch.testing.assert_close(out, block(x, cu_seqlens=offsets)[:, start:start + length], **close)
+    torch.testing.assert_close(x_part.grad, x_full.grad[:, start:start + length], **close)
+    for name, p in block.named_parameters():
+        got = p.grad.clone()
+        dist.all_reduce(got)  # each rank holds its share
+        torch.testing.assert_close(got, want_params[name], **close)
+
+
 def _worker(rank, world, init_file, backend):
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -272,6 +314,8 @@ def _worker(rank, world, init_file, backend):
             _check_case(case, rank, world, device)
         for case in _selective_cases(world):
             _check_selective_case(case, rank, world, device)
+        for lengths, seqs in _block_cases(world):
+            _check_block_case(lengths, seqs, rank, world, device)
     finally:
         dist.destroy_process_group()
 

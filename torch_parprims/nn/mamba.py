@@ -140,7 +140,8 @@ class Mamba(nn.Module):
         return -torch.exp(self.A_log.to(cdt)), self.D.to(cdt), self.dt_proj.bias.to(cdt)
 
     def forward(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor] = None,
-                inference_cache: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+                inference_cache: Optional[Tuple[Tensor, Tensor]] = None, *,
+                sequence_parallel_group=None) -> Tensor:
         """``(batch, L, d_model)`` -> ``(batch, L, d_model)``.
 
         With ``cu_seqlens`` (int32 or int64, ``(S+1,)``, on x's device, flash-attn's
@@ -152,6 +153,17 @@ class Mamba(nn.Module):
         ``cu_seqlens``), makes this a prefill: the states after each sequence's last token are
         written into it, and :meth:`step` continues from there (the forward itself always
         starts from zero states).
+
+        ``sequence_parallel_group`` (a ``torch.distributed`` process group;
+        ``torch.distributed.group.WORLD`` for the default one) splits the time dimension
+        across its ranks: ``hidden_states`` is this rank's contiguous slice of the tokens (rank
+        order; any lengths, empty included) and the output is that slice of what one process
+        gives on the whole sequence. The convolution reads the last ``d_conv - 1`` tokens
+        before the slice from the ranks that hold them, and the scan passes its states from
+        rank to rank (:mod:`torch_parprims.distributed`); with ``cu_seqlens``, pass the
+        *global* offsets of the packed sequence (the same on every rank). Every rank must call
+        it, and the backward; each rank's parameter gradients are its share, to be summed over
+        the group (as data parallelism does). Not with ``inference_cache``.
 
         Example::
 
@@ -166,6 +178,10 @@ class Mamba(nn.Module):
         if cu_seqlens is not None and hidden_states.shape[0] != 1:
             raise ValueError(f"hidden_states: packed sequences (cu_seqlens given) need batch 1, "
                              f"got batch {hidden_states.shape[0]}")
+        if sequence_parallel_group is not None:
+            if inference_cache is not None:
+                raise ValueError("inference_cache: not available with sequence_parallel_group")
+            return self._forward_sequence_parallel(hidden_states, cu_seqlens, sequence_parallel_group)
         xz = self.in_proj(hidden_states)
         x, z = xz.transpose(1, 2).chunk(2, dim=1)  # (batch, d_inner, L) views, read in place
         if inference_cache is not None:
@@ -182,6 +198,28 @@ class Mamba(nn.Module):
         if inference_cache is not None:
             with torch.no_grad():
                 inference_cache[1].copy_(last_state)
+        return self.out_proj(y.transpose(1, 2))
+
+    def _forward_sequence_parallel(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor], group) -> Tensor:
+        """forward's sequence-parallel path: the same steps, with the convolution and the scan
+        of torch_parprims.distributed."""
+        from .. import distributed
+
+        if self.scan_impl != "fused":
+            raise ValueError("sequence_parallel_group: needs scan_impl='fused'")
+        xz = self.in_proj(hidden_states)
+        x, z = xz.transpose(1, 2).chunk(2, dim=1)
+        x = distributed.causal_conv1d(x, self.conv1d.weight[:, 0], self.conv1d.bias, cu_seqlens, "silu", group)
+        local = None
+        if cu_seqlens is not None:
+            start = distributed.slice_start(x.shape[-1], group, device=x.device)
+            local = distributed.local_cu_seqlens(cu_seqlens.to(torch.int64), start, x.shape[-1])
+        x_dbl = self.x_proj(x.transpose(1, 2))
+        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        delta = F.linear(dt, self.dt_proj.weight)
+        A, D, delta_bias = self._ssm_params(x.dtype)
+        y, _ = distributed.selective_scan(x, delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), D, z,
+                                          delta_bias, True, None, group, cu_seqlens=local)
         return self.out_proj(y.transpose(1, 2))
 
     def _last_conv_inputs(self, x: Tensor, cu_seqlens: Optional[Tensor]) -> Tensor:
