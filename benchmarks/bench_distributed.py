@@ -1,5 +1,6 @@
-"""Strong scaling of ``torch_parprims.distributed.affine_scan``: one long sequence split along time
-across the ranks of a process group, against the whole sequence on one device.
+"""Strong scaling of ``torch_parprims.distributed.affine_scan`` and ``selective_scan``: one long
+sequence split along time across the ranks of a process group, against the whole sequence on
+one device.
 
 Launch with torchrun, one process per GPU (NCCL), or on the CPU with gloo::
 
@@ -7,18 +8,24 @@ Launch with torchrun, one process per GPU (NCCL), or on the CPU with gloo::
     torchrun --nproc-per-node=2 benchmarks/bench_distributed.py --device cpu --quick   # smoke test
     python benchmarks/bench_distributed.py --device cpu --quick                       # one process
 
-Case: affine ``(B, C, T) = (1, 2048, 2^22)`` float32 along the last dim (each of a, b, h is 32 GiB
-whole; ``--quick``: ``(1, 8, 2^12)``), gates in [0.9, 1), ``forward`` and ``forward+backward``
-(the gradient of h is b), and for comparison the forward of the other scheme, a send/recv
-chain of states from rank to rank (``chain_affine_scan``). Every rank generates its own slice
-from a formula of the (time, channel) position, so the split data is exactly the whole
-sequence's.
+Cases (``--ops``, both by default):
+
+* ``affine``: ``(B, C, T) = (1, 2048, 2^22)`` float32 along the last dim (each of a, b, h is
+  32 GiB whole; ``--quick``: ``(1, 8, 2^12)``), gates in [0.9, 1); for comparison also the
+  forward of the other scheme, a send/recv chain of states from rank to rank
+  (``chain_affine_scan``).
+* ``selective``: ``(batch, dim, L, N) = (1, 2048, 2^18, 16)`` float32, variable B and C
+  (``--quick``: ``(1, 8, 2^12, 4)``).
+
+Modes ``forward`` and ``forward+backward`` (the gradient of the output is an input of its
+size). Every rank generates its own slice from a formula of the (time, channel) position, so
+the split data is exactly the whole sequence's.
 
 Per mode: the median time over ``--reps`` calls (each call between a barrier and a device
 synchronize; the slowest rank's median), the peak memory of each rank (the largest, on CUDA),
 and on rank 0 the same op on the whole sequence on one device (skipped, or "oom", when it does
 not fit), with the speedup and the relative error of the distributed final state against it.
-``--longest`` also doubles T from a sixteenth of the given length (to 8 times it) until
+``--longest`` also doubles the length from a sixteenth of the given one (to 8 times it) until
 forward+backward no longer fits, on one device and across the group (a distributed size is
 tried only when the peak of the last one, scaled, is predicted to fit: a rank that runs out of
 memory inside a collective would leave the others waiting).
@@ -48,14 +55,13 @@ GiB = 1 << 30
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--quick", action="store_true", help="(1, 8, 4096): a smoke test")
-    p.add_argument("--shape", type=int, nargs=3, metavar=("B", "C", "T"), default=None)
+    p.add_argument("--ops", nargs="+", choices=sorted(OPS), default=sorted(OPS))
+    p.add_argument("--quick", action="store_true", help="small shapes: a smoke test")
     p.add_argument("--reps", type=int, default=None, help="timed calls per mode (default 10, quick 3)")
     p.add_argument("--no-baseline", action="store_true", help="skip the whole sequence on one device")
-    p.add_argument("--longest", action="store_true", help="search the longest T that fits, 1 device vs the group")
+    p.add_argument("--longest", action="store_true", help="search the longest length that fits, 1 device vs the group")
     p.add_argument("--out", default=harness.RESULTS_DIR)
     args = p.parse_args(argv)
-    args.shape = args.shape or ([1, 8, 1 << 12] if args.quick else [1, 2048, 1 << 22])
     args.reps = args.reps or (3 if args.quick else 10)
     return args
 
@@ -96,45 +102,70 @@ def synchronize(device):
 # ---- inputs and the timed calls ----------------------------------------------------------------
 
 
-def make_inputs(B, C, start, stop, device):
-    """a, b for time steps [start, stop) of the whole sequence: a formula of the position, so
-    that any split of [0, T) concatenates to the same data. Gates in [0.9, 1)."""
+def _phase(C, start, stop, device):
+    """(1, C, stop - start): a formula of (channel, time), the same whole sequence for any split."""
     t = torch.arange(start, stop, device=device, dtype=torch.float32)
     c = torch.arange(C, device=device, dtype=torch.float32)
-    phase = (t * 0.37).view(1, 1, -1) + (c * 1.3).view(1, -1, 1)
-    b = phase.expand(B, C, stop - start).sin()  # materializes (B, C, L)
-    a = phase.expand(B, C, stop - start).cos().mul_(0.05).add_(0.95)
-    return a, b
+    return (t * 0.37).view(1, 1, -1) + (c * 1.3).view(1, -1, 1)
 
 
-def forward(scan, a, b):
+def affine_inputs(shape, start, stop, device):
+    """a, b for time steps [start, stop); gates in [0.9, 1)."""
+    B, C, _ = shape
+    phase = _phase(C, start, stop, device).expand(B, C, stop - start)
+    return [phase.cos().mul_(0.05).add_(0.95), phase.sin()]  # materialized (B, C, L) each
+
+
+def selective_inputs(shape, start, stop, device):
+    """u, delta, A, B, C (variable B and C) for time steps [start, stop)."""
+    batch, dim, _, N = shape
+    phase = _phase(dim, start, stop, device).expand(batch, dim, stop - start)
+    u = phase.sin()
+    delta = phase.cos().mul_(0.02).add_(0.03)
+    A = -torch.linspace(0.5, 1.5, dim * N, device=device).view(dim, N)
+    state_phase = _phase(N, start, stop, device).expand(batch, N, stop - start)
+    return [u, delta, A, state_phase.sin().contiguous(), state_phase.mul(0.7).cos()]
+
+
+# Per op: the full shape (and the quick one), where its length is, its inputs, the op on one
+# device and across the group, and which inputs are split along time (and get gradients).
+OPS = {
+    "affine": dict(shape=(1, 2048, 1 << 22), quick=(1, 8, 1 << 12), length_at=2, inputs=affine_inputs,
+                   local=lambda x: pp.affine_scan(*x), split=lambda x: pp.distributed.affine_scan(*x), timed=(0, 1)),
+    "selective": dict(shape=(1, 2048, 1 << 18, 16), quick=(1, 8, 1 << 12, 4), length_at=2, inputs=selective_inputs,
+                      local=lambda x: pp.selective_scan(*x), split=lambda x: pp.distributed.selective_scan(*x),
+                      timed=(0, 1, 3, 4)),
+}
+
+
+def forward(scan, inputs, timed):
     with torch.no_grad():
-        return scan(a, b)[1]
+        return scan(inputs)[1]
 
 
-def forward_backward(scan, a, b):
-    a.requires_grad_(True)
-    b.requires_grad_(True)
-    h, final = scan(a, b)
-    torch.autograd.backward(h, b.detach())  # the gradient of h: any array of h's size
-    del h
-    a.grad = b.grad = None
-    a.requires_grad_(False)
-    b.requires_grad_(False)
+def forward_backward(scan, inputs, timed):
+    for i in timed:
+        inputs[i].requires_grad_(True)
+    out, final = scan(inputs)
+    torch.autograd.backward(out, inputs[0].detach())  # the gradient of out: any array of out's size
+    del out
+    for i in timed:
+        inputs[i].grad = None
+        inputs[i].requires_grad_(False)
     return final.detach()
 
 
 MODES = {"fwd": forward, "fwd+bwd": forward_backward}
 
 
-def measure(scan, mode, a, b, reps, device, collective):
+def measure(scan, mode, inputs, timed, reps, device, collective):
     """(median ms, peak GiB or None, final state). `collective`: every rank runs it, so time
     between barriers and report the slowest rank."""
     fn = MODES[mode]
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    final = fn(scan, a, b)  # warm-up, and the peak memory
+    final = fn(scan, inputs, timed)  # warm-up, and the peak memory
     peak = torch.cuda.max_memory_allocated(device) / GiB if device.type == "cuda" else None
     times = []
     for _ in range(reps):
@@ -142,7 +173,7 @@ def measure(scan, mode, a, b, reps, device, collective):
             dist.barrier()
         synchronize(device)
         t0 = time.perf_counter()
-        fn(scan, a, b)
+        fn(scan, inputs, timed)
         synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
     ms = statistics.median(times)
@@ -159,26 +190,40 @@ def is_oom(e):
 # ---- the cases --------------------------------------------------------------------------------
 
 
-def one_device(B, C, T, device, reps):
+def with_length(shape, op, length):
+    shape = list(shape)
+    shape[OPS[op]["length_at"]] = length
+    return shape
+
+
+def slice_inputs(op, shape, device):
+    """This rank's slice of the whole sequence's inputs."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    T = shape[OPS[op]["length_at"]]
+    return OPS[op]["inputs"](shape, T * rank // world, T * (rank + 1) // world, device)
+
+
+def one_device(op, shape, device, reps):
     """{mode: (ms, peak, final) or "oom"} for the whole sequence on this device (rank 0)."""
-    out = {}
+    spec, out = OPS[op], {}
     for mode in MODES:
-        a = b = None
+        inputs = None
         try:
-            a, b = make_inputs(B, C, 0, T, device)
-            out[mode] = measure(pp.affine_scan, mode, a, b, reps, device, collective=False)
+            inputs = spec["inputs"](shape, 0, shape[spec["length_at"]], device)
+            out[mode] = measure(spec["local"], mode, inputs, spec["timed"], reps, device, collective=False)
         except (RuntimeError, torch.OutOfMemoryError) as e:
             if not is_oom(e):
                 raise
             out[mode] = "oom"
-        del a, b
+        del inputs
     return out
 
 
-def chain_affine_scan(a, b):
+def chain_affine_scan(inputs):
     """The other scheme, for comparison (forward only): a chain of point-to-point messages, each
     rank waiting for the state of the rank before it and scanning its slice once from there.
     Its final state is global on the last rank only."""
+    a, b = inputs
     rank, world = dist.get_rank(), dist.get_world_size()
     carry = None
     if rank > 0:
@@ -193,28 +238,27 @@ def chain_affine_scan(a, b):
 CHAIN = "fwd, send/recv chain"
 
 
-def split(B, C, T, device, reps):
-    """{label: (ms, peak, final)} of the distributed op (and the chain) on this rank's slice."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    a, b = make_inputs(B, C, T * rank // world, T * (rank + 1) // world, device)
-    out = {mode: measure(pp.distributed.affine_scan, mode, a, b, reps, device, collective=True) for mode in MODES}
-    if world > 1:
-        out[CHAIN] = measure(chain_affine_scan, "fwd", a, b, reps, device, collective=True)
-    del a, b
+def split(op, shape, device, reps):
+    """{label: (ms, peak, final)} of the distributed op (and the affine chain) on this rank's slice."""
+    spec = OPS[op]
+    inputs = slice_inputs(op, shape, device)
+    out = {mode: measure(spec["split"], mode, inputs, spec["timed"], reps, device, collective=True) for mode in MODES}
+    if op == "affine" and dist.get_world_size() > 1:
+        out[CHAIN] = measure(chain_affine_scan, "fwd", inputs, spec["timed"], reps, device, collective=True)
+    del inputs
     return out
 
 
-def strong_scaling(args, device):
-    B, C, T = args.shape
+def strong_scaling(op, shape, args, device):
     rank, world = dist.get_rank(), dist.get_world_size()
     baseline = {}
     if rank == 0 and not args.no_baseline:
-        baseline = one_device(B, C, T, device, args.reps)
+        baseline = one_device(op, shape, device, args.reps)
     dist.barrier()
-    distributed = split(B, C, T, device, args.reps)
+    distributed = split(op, shape, device, args.reps)
     rows = []
     for mode, (ms, peak, final) in distributed.items():
-        row = {"mode": mode, "shape": [B, C, T], "dtype": "float32", "ranks": world, "ms": ms,
+        row = {"op": op, "mode": mode, "shape": list(shape), "dtype": "float32", "ranks": world, "ms": ms,
                "peak_gib_per_rank": peak}
         base = baseline.get("fwd" if mode == CHAIN else mode)
         if base == "oom":
@@ -229,11 +273,11 @@ def strong_scaling(args, device):
     return rows
 
 
-def fits(scan_fn, B, C, start, stop, device):
-    a = b = None
+def fits(op, scan_fn, shape, start, stop, device):
+    inputs = None
     try:
-        a, b = make_inputs(B, C, start, stop, device)
-        forward_backward(scan_fn, a, b)
+        inputs = OPS[op]["inputs"](shape, start, stop, device)
+        forward_backward(scan_fn, inputs, OPS[op]["timed"])
         synchronize(device)
         return True
     except (RuntimeError, torch.OutOfMemoryError) as e:
@@ -241,22 +285,23 @@ def fits(scan_fn, B, C, start, stop, device):
             raise
         return False
     finally:
-        del a, b
+        del inputs
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
 
-def longest(args, device, doublings=8):
+def longest(op, shape, device, doublings=8):
     """The longest of T/16, T/8, ..., 8T that forward+backward runs on, one device and all."""
-    B, C, T = args.shape
+    spec = OPS[op]
+    T = shape[spec["length_at"]]
     rank, world = dist.get_rank(), dist.get_world_size()
     lengths = [max(1, T >> 4) << k for k in range(doublings)]
     # A length equal to searched_up_to_T may not be the limit: the search stopped there.
-    result = {"mode": "fwd+bwd", "B": B, "C": C, "ranks": world, "searched_up_to_T": lengths[-1]}
+    result = {"op": op, "mode": "fwd+bwd", "shape": list(shape), "ranks": world, "searched_up_to_T": lengths[-1]}
     if rank == 0:
         length = None
         for n in lengths:
-            if not fits(pp.affine_scan, B, C, 0, n, device):
+            if not fits(op, spec["local"], with_length(shape, op, n), 0, n, device):
                 break
             length = n
         result["one_device_longest_T"] = length
@@ -268,7 +313,7 @@ def longest(args, device, doublings=8):
             break  # predicted not to fit: see the module docstring
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        ok = fits(pp.distributed.affine_scan, B, C, n * rank // world, n * (rank + 1) // world, device)
+        ok = fits(op, spec["split"], with_length(shape, op, n), n * rank // world, n * (rank + 1) // world, device)
         if slowest(0.0 if ok else 1.0) > 0:
             break
         length = n
@@ -278,7 +323,7 @@ def longest(args, device, doublings=8):
 
 
 def print_table(rows):
-    print(f"{'mode':20} {'shape':>16} {'ranks':>5} {'ms':>10} {'1-dev ms':>10} {'speedup':>8} "
+    print(f"{'op':9} {'mode':20} {'shape':>20} {'ranks':>5} {'ms':>10} {'1-dev ms':>10} {'speedup':>8} "
           f"{'GiB/rank':>9} {'1-dev GiB':>9} {'final err':>9}")
     for r in rows:
         def f(key, fmt):
@@ -286,7 +331,7 @@ def print_table(rows):
                 return "oom"
             return "-" if r.get(key) is None else format(r[key], fmt)
 
-        print(f"{r['mode']:20} {harness.shape_str(r['shape']):>16} {r['ranks']:>5} {r['ms']:>10.3f} "
+        print(f"{r['op']:9} {r['mode']:20} {harness.shape_str(r['shape']):>20} {r['ranks']:>5} {r['ms']:>10.3f} "
               f"{f('one_device_ms', '.3f'):>10} {f('speedup', '.2f'):>8} {f('peak_gib_per_rank', '.2f'):>9} "
               f"{f('one_device_peak_gib', '.2f'):>9} {f('final_state_rel_err', '.1e'):>9}")
 
@@ -295,15 +340,17 @@ def main(argv=None):
     args = parse_args(argv)
     device = init_group(args.device)
     try:
-        rows = strong_scaling(args, device)
         record = {"script": "bench_distributed", "device": harness.device_slug(args.device),
-                  "backend": dist.get_backend(), "ranks": dist.get_world_size(), "rows": rows}
-        if args.longest:
-            record["longest"] = longest(args, device)
-        if dist.get_rank() == 0:
-            print_table(rows)
+                  "backend": dist.get_backend(), "ranks": dist.get_world_size(), "rows": [], "longest": []}
+        for op in args.ops:
+            shape = OPS[op]["quick" if args.quick else "shape"]
+            record["rows"] += strong_scaling(op, shape, args, device)
             if args.longest:
-                print("longest:", record["longest"])
+                record["longest"].append(longest(op, shape, device))
+        if dist.get_rank() == 0:
+            print_table(record["rows"])
+            for result in record["longest"]:
+                print("longest:", result)
             os.makedirs(args.out, exist_ok=True)
             path = os.path.join(args.out, f"distributed-{record['device']}-{record['ranks']}ranks.json")
             with open(path, "w") as f:
