@@ -48,18 +48,7 @@ def exact(out, ref):
     return (0.0 if out.shape == ref.shape and torch.equal(out, ref) else float("inf")), "x[mask]"
 
 
-class Compact:
-    def __init__(self, h):
-        self.h = h
-        self.dev = h.device
-        self.full = h.gpu and not h.quick
-
-    def target(self, spec):
-        if not self.full:
-            return {}
-        frac, best = spec
-        return {"target": f"fraction >= {frac:.2f}", "target_frac": frac, "best_today": best}
-
+class Compact(harness.CaseSuite):
     def gen(self, n, seed, density=0.5):
         g = torch.Generator(device=self.dev)
         g.manual_seed(1000 + seed)

@@ -43,18 +43,7 @@ def torch_bin_index(x):
     return ((x - LO) * BINS / (HI - LO)).clamp(0, BINS - 1).long()
 
 
-class Histogram:
-    def __init__(self, h):
-        self.h = h
-        self.dev = h.device
-        self.full = h.gpu and not h.quick
-
-    def target(self, spec):
-        if not self.full:
-            return {}
-        frac, best = spec
-        return {"target": f"fraction >= {frac:.2f}", "target_frac": frac, "best_today": best}
-
+class Histogram(harness.CaseSuite):
     def gen(self, n, seed, skew=0.0, weights=False, sequences=None):
         g = torch.Generator(device=self.dev)
         g.manual_seed(5000 + seed)

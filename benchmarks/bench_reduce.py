@@ -40,18 +40,7 @@ def sizes(h):
     return 1 << 16, 1 << 6, (4, 256, 64)
 
 
-class Reduce:
-    def __init__(self, h):
-        self.h = h
-        self.dev = h.device
-        self.full = h.gpu and not h.quick
-
-    def target(self, spec):
-        if not self.full:
-            return {}
-        frac, best = spec
-        return {"target": f"fraction >= {frac:.2f}", "target_frac": frac, "best_today": best}
-
+class Reduce(harness.CaseSuite):
     def gen(self, n, sequences, seed, features=(), huge=False):
         g = torch.Generator(device="cpu")
         g.manual_seed(3000 + seed)

@@ -160,6 +160,23 @@ def check_record(err, dtype, ref_name, tol=None):
 # ---- the harness ----------------------------------------------------------------------------
 
 
+class CaseSuite:
+    """Base of a benchmark script's cases: the harness `h`, its device, and the target columns
+    of a row that the targets table names (only in full runs on the GPU)."""
+
+    def __init__(self, h):
+        self.h = h
+        self.dev = h.device
+        self.full = h.gpu and not h.quick
+
+    def target(self, spec):
+        """`spec`: (fraction of the copy bandwidth to reach, the best known today)."""
+        if not self.full:
+            return {}
+        frac, best = spec
+        return {"target": f"fraction >= {frac:.2f}", "target_frac": frac, "best_today": best}
+
+
 class Harness:
     def __init__(self, script, args):
         self.script = script

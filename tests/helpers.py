@@ -321,3 +321,17 @@ def grad_leaf(x: torch.Tensor):
 
 def numel(shape: Iterable[int]) -> int:
     return math.prod(shape)
+
+
+def capture_cuda_graph(fn, *args):
+    """Runs ``fn(*args)`` inside a CUDA graph capture (which fails on any host synchronization),
+    replays it once and returns the graph's outputs. A warm-up call outside the capture does the
+    allocations and lazy initialization first."""
+    fn(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out

@@ -10,7 +10,7 @@ import torch
 import torch_parprims as pp
 from torch_parprims import reference as ref
 
-from helpers import OPCHECK_UTILS, make_offsets, random_lengths, sample_params
+from helpers import OPCHECK_UTILS, capture_cuda_graph, make_offsets, random_lengths, sample_params
 
 _ops = torch.ops.parprims
 
@@ -263,19 +263,6 @@ def test_helpers_compile(device):
         assert torch.equal(got, want)
 
 
-def _capture(fn, *args):
-    """Runs `fn` inside a CUDA graph capture (which fails on any host synchronization), replays it
-    once and returns the graph's outputs."""
-    fn(*args)  # warm-up outside the capture (allocations, lazy initialization)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn(*args)
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
-
-
 def test_sync_free_forms_capture_in_cuda_graphs(device):
     if not device.startswith("cuda"):
         pytest.skip("CUDA graphs need a CUDA device")
@@ -304,7 +291,7 @@ def test_sync_free_forms_capture_in_cuda_graphs(device):
     }
     for name, (call, reference) in calls.items():
         eager = call()
-        captured = _capture(call)
+        captured = capture_cuda_graph(call)
         eager = eager if isinstance(eager, tuple) else (eager,)
         captured = captured if isinstance(captured, tuple) else (captured,)
         for e, c in zip(eager, captured):

@@ -11,8 +11,8 @@ import torch
 import torch_parprims as pp
 from torch_parprims import reference as ref
 
-from helpers import (FLOATS, LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, draw, make_offsets, sample_params,
-                     slow, tol, with_layout)
+from helpers import (FLOATS, LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, capture_cuda_graph, draw, make_offsets,
+                     sample_params, slow, tol, with_layout)
 
 _ops = torch.ops.parprims
 OPS = ("sum", "mean", "max", "min", "prod", "logsumexp")
@@ -302,19 +302,6 @@ def test_segment_reduce_compile(s, device):
     torch.testing.assert_close(g, want_g, equal_nan=True)
 
 
-def _capture(fn):
-    """Runs `fn` inside a CUDA graph capture (which fails on any host synchronization), replays it
-    once and returns the graph's outputs."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
-
-
 def test_ops_capture_in_cuda_graphs(device):
     if not device.startswith("cuda"):
         pytest.skip("CUDA graphs need a CUDA device")
@@ -329,7 +316,7 @@ def test_ops_capture_in_cuda_graphs(device):
                       lambda: ref.histogram(x[:, 0].cpu(), 64, (-2.0, 2.0), offsets=offsets.cpu())),
     }
     for name, (fn, want) in calls.items():
-        got = _capture(fn).cpu()
+        got = capture_cuda_graph(fn).cpu()
         torch.testing.assert_close(got, want().to(got.dtype), msg=name)
 
 
