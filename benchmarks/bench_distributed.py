@@ -21,6 +21,9 @@ Modes ``forward`` and ``forward+backward`` (the gradient of the output is an inp
 size). Every rank generates its own slice from a formula of the (time, channel) position, so
 the split data is exactly the whole sequence's.
 
+Also, per mode, the op on each rank's slice alone (``slice alone``: no carry, no collective),
+which is what one pass of the distributed scheme costs.
+
 Per mode: the median time over ``--reps`` calls (each call between a barrier and a device
 synchronize; the slowest rank's median), the peak memory of each rank (the largest, on CUDA),
 and on rank 0 the same op on the whole sequence on one device (skipped, or "oom", when it does
@@ -236,6 +239,7 @@ def chain_affine_scan(inputs):
 
 
 CHAIN = "fwd, send/recv chain"
+ALONE = "slice alone"
 
 
 def split(op, shape, device, reps):
@@ -245,6 +249,10 @@ def split(op, shape, device, reps):
     out = {mode: measure(spec["split"], mode, inputs, spec["timed"], reps, device, collective=True) for mode in MODES}
     if op == "affine" and dist.get_world_size() > 1:
         out[CHAIN] = measure(chain_affine_scan, "fwd", inputs, spec["timed"], reps, device, collective=True)
+    # Where the time goes: the library's op on each rank's slice alone (no carry, no
+    # collective), what one pass of the distributed scheme costs.
+    for mode in MODES:
+        out[f"{mode}, {ALONE}"] = measure(spec["local"], mode, inputs, spec["timed"], reps, device, collective=True)
     del inputs
     return out
 
@@ -260,13 +268,13 @@ def strong_scaling(op, shape, args, device):
     for mode, (ms, peak, final) in distributed.items():
         row = {"op": op, "mode": mode, "shape": list(shape), "dtype": "float32", "ranks": world, "ms": ms,
                "peak_gib_per_rank": peak}
-        base = baseline.get("fwd" if mode == CHAIN else mode)
+        base = baseline.get(mode.split(",")[0])
         if base == "oom":
             row["one_device"] = "oom"
         elif base is not None:
             base_ms, base_peak, base_final = base
             row.update(one_device_ms=base_ms, one_device_peak_gib=base_peak, speedup=base_ms / ms)
-            if mode != CHAIN:  # the chain's final state is global on the last rank only
+            if mode in MODES:  # the others' final states are not the global one on every rank
                 err = (final - base_final).abs().max() / base_final.abs().max().clamp_min(1e-30)
                 row["final_state_rel_err"] = err.item()
         rows.append(row)

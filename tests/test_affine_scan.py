@@ -144,6 +144,13 @@ def _samples():
         out.append(S((1, n), -1, init="state", exclusive=ex, reverse=rv, log_gates=ex and rv, slow=ex or rv))
         out.append(S((GPU_MULTI_TILE + 3, 3), 0, init="state", exclusive=ex, reverse=rv, slow=True))
     out.append(S((n, 1), 0, dtype=torch.complex64, init="state", view="step", slow=True))
+    # Enough rows, each half a tile or more long, for the GPU's row-loop kernel (a block per row).
+    out += [S((300, 2100), -1, init="state"),
+            S((300, 2100), -1, init="state", reverse=True, exclusive=True, log_gates=True),
+            S((2, 150, 1100), -1, "1x", dtype=torch.bfloat16, init="state", reverse=True),
+            S((280, 1030), -1, dtype=torch.float64, init="state", exclusive=True),
+            S((270, 600), -1, dtype=torch.complex64, init="state", reverse=True),
+            S((300, 1500), -1, init="none", view="step")]
     # torch.compile samples.
     out.append(S((2, 3, 40), -1, "1x1", dtype=torch.float64, init="state", compile=True))
     out.append(S((6, 2), 0, init="state", lengths="random", reverse=True, log_gates=True, compile=True))
@@ -269,8 +276,9 @@ def test_gradient_through_final_state_only(reverse, packed, device):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.complex64))
 @pytest.mark.parametrize("log_gates", (False, True))
 @pytest.mark.parametrize("reverse", (False, True))
-def test_affine_backward_matches_reference(dtype, log_gates, reverse, device):
-    s = AffineSample((2, 3, 45), -1, "x1x", dtype, "state", None, reverse, log_gates)
+@pytest.mark.parametrize("shape", ((2, 3, 45), (300, 2100)), ids=("small", "row_loop"))
+def test_affine_backward_matches_reference(dtype, log_gates, reverse, shape, device):
+    s = AffineSample(shape, -1, "x1x"[-len(shape):], dtype, "state", None, reverse, log_gates)
     a, b, h0, _ = s.make(device)
     inputs = (a.requires_grad_(), b.requires_grad_(), h0.requires_grad_())
     h, f = s.run(*inputs, None)

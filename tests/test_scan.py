@@ -100,6 +100,13 @@ def _samples():
     for op, (ex, rv) in itertools.product(OPS, itertools.product((False, True), repeat=2)):
         out.append(S((GPU_MULTI_TILE + 3,), 0, op, exclusive=ex, reverse=rv, slow=True))
         out.append(S((3, GPU_MULTI_TILE + 3), 1, op, torch.bfloat16, exclusive=ex, reverse=rv, slow=True))
+    # Enough rows, each a tile or more long, for the GPU's row-loop kernel (a block per row):
+    # ragged last tiles, both directions, wide and element accesses.
+    for op, dtype, (ex, rv) in (("add", torch.float32, (False, False)), ("logaddexp", torch.float32, (True, True)),
+                                ("max", torch.int64, (True, False)), ("add", torch.bfloat16, (False, True)),
+                                ("mul", torch.float64, (False, True))):
+        out.append(S((300, 2049), -1, op, dtype, exclusive=ex, reverse=rv))
+    out.append(S((300, 1500), -1, "add", view="step", reverse=True))
     # torch.compile samples.
     out.append(S((4, 37), 1, "mul", torch.float64, compile=True))
     out.append(S((37, 4), 0, "logaddexp", torch.float32, reverse=True, compile=True))

@@ -6,6 +6,18 @@
 
 namespace parprims::cuda {
 
+// Reverses a thread's run of items in registers (reverse scans load and store runs in memory
+// order and scan them backwards).
+template <class T, int N>
+__device__ __forceinline__ void reverse_items(T (&items)[N]) {
+#pragma unroll
+  for (int k = 0; k < N / 2; ++k) {
+    const T tmp = items[k];
+    items[k] = items[N - 1 - k];
+    items[N - 1 - k] = tmp;
+  }
+}
+
 template <class M, int kThreads>
 struct BlockScan {
   using T = typename M::value_type;

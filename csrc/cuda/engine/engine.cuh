@@ -1,9 +1,11 @@
 // The CUDA engine: picks the kernel for a problem's layout, prepares the look-back workspace
 // from PyTorch's caching allocator and launches on the current stream.
 //
-//   rows adjacent in memory, scanned dim strided, at least 32 rows -> column kernel (coalesced
-//   across rows; fewer rows would leave most lanes of its warps idle)
-//   anything else (contiguous rows, one huge row, packed sequences, odd strides) -> flat kernel
+//   rows adjacent in memory, scanned dim strided, at least 2 rows -> column kernel (coalesced
+//   across rows)
+//   no packed sequences, enough rows to fill the GPU, rows at least half a tile long -> row-loop
+//   kernel (a block walks a whole row; nothing crosses blocks)
+//   anything else (one huge row, few long rows, packed sequences, short rows) -> flat kernel
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,6 +17,7 @@
 
 #include "column_scan.cuh"
 #include "flat_scan.cuh"
+#include "row_scan.cuh"
 
 namespace parprims::cuda {
 
@@ -40,6 +43,16 @@ inline bool wide_access_disabled() {
   return off;
 }
 
+// Whether the row-loop kernel serves a problem: no packed sequences, enough rows to give every
+// SM blocks of its own, and rows of half a tile or more (that keep most of a block's threads
+// busy; shorter rows go to the flat kernel, which packs several into one tile).
+template <class P>
+bool use_row_loop(const ScanGeometry& g) {
+  if (g.segments.offsets != nullptr) return false;
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * sms && g.len * 2 >= RowScan<P>::kTile;
+}
+
 struct Engine {
   static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
   at::Tensor like;  // any tensor on the target device (for the workspace's options)
@@ -58,6 +71,17 @@ struct Engine {
       // Chunks chain through the look-back; one chunk per group needs none.
       auto state = make_tile_state<typename K::Lifted>(like, tiles * 32, chunks > 1, workspace);
       column_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, stream>>>(problem, g, state, groups);
+    } else if (use_row_loop<P>(g)) {
+      // As many blocks as run at once (or one per row): each walks its rows in turn.
+      static const int blocks_per_sm = [] {
+        int n = 0;
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_scan_kernel<P>, RowScan<P>::kThreads, 0));
+        return n;
+      }();
+      const int64_t resident = int64_t{blocks_per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+      const int64_t blocks = g.rows < resident ? g.rows : resident;
+      row_scan_kernel<P><<<static_cast<unsigned>(blocks), RowScan<P>::kThreads, 0, stream>>>(
+          problem, g, !wide_access_disabled());
     } else {
       using K = FlatScan<P>;
       const int64_t total = g.rows * g.len;

@@ -12,16 +12,6 @@
 
 namespace parprims::cuda {
 
-template <class T, int N>
-__device__ __forceinline__ void reverse_items(T (&items)[N]) {
-#pragma unroll
-  for (int k = 0; k < N / 2; ++k) {
-    const T tmp = items[k];
-    items[k] = items[N - 1 - k];
-    items[N - 1 - k] = tmp;
-  }
-}
-
 // Where a thread's run of positions starts: row, position in the row, and segment walker.
 struct RunStart {
   int64_t row;

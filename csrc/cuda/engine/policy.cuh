@@ -23,6 +23,19 @@ struct FlatPolicy {
   static constexpr int kTile = kThreads * kItems;
 };
 
+// Row-loop scans: a block holds two tiles in registers (the one it scans and the next one's
+// loads), so values wider than 4 bytes take half the flat kernel's items per thread: at 16, the
+// affine pairs needed 166 registers (128 with spills when capped for 4 blocks per SM).
+template <class Value>
+struct RowPolicy {
+  static constexpr int kBytes = static_cast<int>(sizeof(Value));
+  static constexpr int kItems = kBytes <= 4 ? items_for<Value>() : (items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1);
+  static constexpr int kThreads = kBytes > 64 ? 64 : 128;
+  static constexpr int kTile = kThreads * kItems;
+  // Registers are capped so that this many blocks share an SM (and keep their loads in flight).
+  static constexpr int kMinBlocksPerSM = kBytes <= 4 ? 6 : kBytes <= 8 ? 5 : 2;
+};
+
 // Column scans: 32 neighbouring rows per warp (one per lane), kWarps warps stacked along the
 // scanned dimension, kItems positions per thread.
 template <class Value>
@@ -39,6 +52,10 @@ struct ColumnPolicy {
 // (1049109, 16) along dim 0 took 0.40 ms with it and 1.20 ms with the flat kernel (H200,
 // 2026-12-01). A single row is contiguous work for the flat kernel.
 constexpr int kMinColumnRows = 2;
+
+// The row-loop kernel gives each block whole rows: it takes over from the flat kernel when
+// there are at least this many rows per SM (fewer leave SMs idle while rows are long).
+constexpr int kRowLoopRowsPerSM = 2;
 
 }  // namespace parprims::cuda
 

@@ -1,0 +1,137 @@
+// The row-loop kernel: when there are enough rows to fill the GPU and no packed sequences cut
+// them, a block owns whole rows and walks each tile by tile, every thread holding the row's
+// running carry. Nothing crosses blocks, so there is no look-back state, no tile counter and
+// no segmented lift (the only segment head is the row's first position), and the result is
+// the same on every run (deterministic by construction).
+//
+// A block keeps two tiles of loads in flight: the next tile's loads are issued into registers
+// before the current tile's block scan, so the barrier and the shuffles of one tile overlap
+// the memory latency of the next.
+#pragma once
+
+#include "block.cuh"
+#include "policy.cuh"
+
+namespace parprims::cuda {
+
+template <class P>
+struct RowScan {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  using Policy = RowPolicy<Value>;
+  static constexpr int kThreads = Policy::kThreads;
+  static constexpr int kItems = Policy::kItems;
+  static constexpr int kTile = Policy::kTile;
+  using Scan = BlockScan<M, kThreads>;
+  static constexpr int kMinBlocksPerSM = Policy::kMinBlocksPerSM;
+
+  struct SharedStorage {
+    // Two, used alternately: a tile's warp totals are written while slower threads may still
+    // read the previous tile's, and one barrier per tile then suffices.
+    typename Scan::Storage scan[2];
+  };
+
+  // The kItems values of the run that starts at logical position `pos` of the row (identity
+  // past its end), in scan order.
+  template <class Cursor>
+  static __device__ __forceinline__ void load(const P& problem, const ScanGeometry& g, const Cursor& cursor,
+                                              int64_t pos, bool wide, Value (&values)[kItems]) {
+    if (pos + kItems <= g.len) {
+      const int64_t lo = g.reverse ? g.len - pos - kItems : pos;  // physical
+      if (!(wide && problem.template load_run<kItems>(cursor, lo, values))) {
+#pragma unroll
+        for (int k = 0; k < kItems; ++k) values[k] = problem.load(cursor, lo + k);
+      }
+      if (g.reverse) reverse_items(values);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      values[k] = pos + k < g.len ? problem.load(cursor, g.physical_pos(pos + k)) : M::identity();
+    }
+  }
+
+  // Writes the outputs of the run at `pos` (inclusive or exclusive values, in scan order).
+  template <class Cursor>
+  static __device__ __forceinline__ void store(const P& problem, const ScanGeometry& g, const Cursor& cursor,
+                                               int64_t pos, bool wide, Value (&values)[kItems]) {
+    if (pos + kItems <= g.len) {
+      if (g.reverse) reverse_items(values);
+      const int64_t lo = g.reverse ? g.len - pos - kItems : pos;
+      if (!(wide && problem.template store_run<kItems>(cursor, lo, values))) {
+#pragma unroll
+        for (int k = 0; k < kItems; ++k) problem.store(cursor, lo + k, values[k]);
+      }
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (pos + k < g.len) problem.store(cursor, g.physical_pos(pos + k), values[k]);
+    }
+  }
+
+  // One tile: scans `values` in place into outputs, given the carry of the tiles before it;
+  // returns the carry after it.
+  static __device__ __forceinline__ Value scan_tile(typename Scan::Storage& storage, const P& problem,
+                                                    const ScanGeometry& g, int64_t row, int64_t pos,
+                                                    Value carry, Value (&values)[kItems]) {
+    const bool row_start = pos == 0;
+    if (row_start) values[0] = problem.at_head(values[0], row, 0);
+    Value thread_total = values[0];
+#pragma unroll
+    for (int k = 1; k < kItems; ++k) thread_total = M::combine(thread_total, values[k]);
+    Value tile_total;
+    Value running = M::combine(carry, Scan::exclusive(storage, thread_total, tile_total));
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const Value exclusive = (k == 0 && row_start) ? problem.exclusive_head(row, 0) : running;
+      running = M::combine(running, values[k]);
+      // The final state is the inclusive value at the last position, rounded as that output is.
+      if (pos + k == g.len - 1) problem.store_final(row, 0, running);
+      values[k] = g.exclusive ? exclusive : running;
+    }
+    return M::combine(carry, tile_total);
+  }
+
+  // The block walks rows blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs at
+  // once, engine.cuh), each tile by tile; the next tile, of this row or the next, is always
+  // loaded before the current one is scanned.
+  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide) {
+    __shared__ SharedStorage smem;
+    const int64_t tiles_per_row = (g.len + kTile - 1) / kTile;
+    const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
+    int64_t row = blockIdx.x, tile = 0;
+    if (row >= g.rows) return;
+    auto cursor = problem.cursor(row);
+    Value current[kItems], next[kItems];
+    load(problem, g, cursor, offset, wide, current);
+    Value carry = M::identity();
+    for (int parity = 0;; parity ^= 1) {
+      int64_t next_row = row, next_tile = tile + 1;
+      if (next_tile == tiles_per_row) {
+        next_row += gridDim.x;
+        next_tile = 0;
+      }
+      const bool more = next_row < g.rows;
+      const auto next_cursor = next_row == row ? cursor : problem.cursor(more ? next_row : row);
+      if (more) load(problem, g, next_cursor, next_tile * kTile + offset, wide, next);
+      carry = scan_tile(smem.scan[parity], problem, g, row, tile * kTile + offset, carry, current);
+      store(problem, g, cursor, tile * kTile + offset, wide, current);
+      if (!more) break;
+      if (next_tile == 0) carry = M::identity();
+      row = next_row;
+      tile = next_tile;
+      cursor = next_cursor;
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) current[k] = next[k];
+    }
+  }
+};
+
+template <class P>
+__global__ void __launch_bounds__(RowScan<P>::kThreads, RowScan<P>::kMinBlocksPerSM)
+    row_scan_kernel(const P problem, const ScanGeometry g, bool wide) {
+  RowScan<P>::run(problem, g, wide);
+}
+
+}  // namespace parprims::cuda
