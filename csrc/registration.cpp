@@ -24,6 +24,10 @@ TORCH_LIBRARY(parprims, m) {
   // The same with exclusive outputs (h_{t-1}): what the backward of affine and mul scans use.
   m.def("_affine_scan_exclusive(Tensor a, Tensor b, int dim, Tensor? initial_state, "
         "Tensor? offsets, bool reverse, bool log_gates) -> (Tensor, Tensor)");
+  // affine_scan's backward in one scan (rows without packed sequences), from the forward's
+  // output h: (grad_a in h's shape, grad_b, grad_initial_state).
+  m.def("_affine_scan_backward(Tensor a, Tensor h, Tensor grad_h, Tensor? grad_final, "
+        "Tensor? initial_state, int dim, bool reverse, bool log_gates) -> (Tensor, Tensor, Tensor)");
   // `dim` indexes b including its last (state) dimension, which it may not name: the default
   // -2 is the L of b (..., L, d).
   m.def("matrix_affine_scan(Tensor A, Tensor b, int dim=-2, Tensor? initial_state=None, "

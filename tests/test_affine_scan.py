@@ -12,6 +12,7 @@ from torch_parprims import reference as ref
 
 from helpers import (
     BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, NONDET_TOL, OPCHECK_UTILS,
+    OPCHECK_UTILS_NO_AUTOGRAD,
     assert_close, assert_same_as_eager, grad_leaf, grad_samples, grad_weights, make_offsets, rel_err, sample_params,
     with_layout)
 
@@ -290,6 +291,48 @@ def test_affine_backward_matches_reference(dtype, log_gates, reverse, shape, dev
     for g, r, x, name in zip(grads, ref_grads, inputs, ("a", "b", "initial_state")):
         assert g.dtype == x.dtype and g.shape == x.shape
         assert_close(g, r, scale=r.abs().max() * 4, dtype=dtype, what=f"grad {name}")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16, torch.complex64))
+@pytest.mark.parametrize("reverse,log_gates", ((False, False), (True, False), (False, True), (True, True)))
+@pytest.mark.parametrize("case", ("small", "row_loop", "broadcast_gates", "no_states", "strided_grad"))
+def test_one_scan_backward_matches_reference(dtype, reverse, log_gates, case, device):
+    """_affine_scan_backward (the backward in one scan, reading h_{t-1} from the forward's
+    output) against autograd through the float64 reference: lengths that do and do not fill
+    whole runs, the row-loop shape, gates of size 1 along the rows, no initial state and no
+    final-state gradient, a non-contiguous incoming gradient."""
+    shape = {"row_loop": (300, 2100), "broadcast_gates": (4, 3, 301)}.get(case, (3, 2, 45))
+    a_spec = "1x" if case == "broadcast_gates" else None
+    init = "none" if case == "no_states" else "state"
+    s = AffineSample(shape, -1, a_spec, dtype, init, None, reverse, log_gates)
+    a, b, h0, _ = s.make(device)
+    h, f = s.run(a, b, h0, None)
+    wh = grad_weights(h)
+    if case == "strided_grad":
+        wh = torch.cat([wh, wh], -1)[..., ::2]
+    wf = None if case == "no_states" else grad_weights(f)
+    ga, gb, g0 = _ops._affine_scan_backward(a, h, wh, wf, h0, -1, reverse, log_gates)
+    wide = [t.detach().to(ref.wide_dtype(t.dtype)).requires_grad_() for t in (a, b)]
+    h0_wide = None if h0 is None else h0.detach().to(ref.wide_dtype(h0.dtype)).requires_grad_()
+    rh, rf = s.reference(*wide, h0_wide, None)
+    outputs, seeds = [rh], [wh.to(rh.dtype)]
+    if wf is not None:
+        outputs.append(rf)
+        seeds.append(wf.to(rf.dtype))
+    leaves = wide + ([h0_wide] if h0_wide is not None else [])
+    ref_grads = torch.autograd.grad(outputs, leaves, seeds)
+    got = [ga.sum_to_size(a.shape), gb] + ([g0] if h0 is not None else [])
+    for g, r, name in zip(got, ref_grads, ("a", "b", "initial_state")):
+        assert g.shape == r.shape
+        assert_close(g, r, scale=r.abs().max() * 4, dtype=dtype, what=f"grad {name}")
+
+
+def test_one_scan_backward_opcheck(device):
+    s = AffineSample((2, 3, 33), -1, "x1x", torch.float64, "state", None, True, True)
+    a, b, h0, _ = s.make(device)
+    h, f = s.run(a, b, h0, None)
+    args = (a, h, grad_weights(h), grad_weights(f), h0, -1, True, True)
+    torch.library.opcheck(_ops._affine_scan_backward.default, args, test_utils=OPCHECK_UTILS_NO_AUTOGRAD)
 
 
 # ---- opcheck and torch.compile -------------------------------------------------------------------

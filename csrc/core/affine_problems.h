@@ -72,6 +72,141 @@ struct AffineProblem : ProblemBase<Affine<C>> {
   }
 };
 
+// The conjugate of a complex value (torch's gradients of complex maps are conjugated); the
+// value itself for a real one.
+template <class T>
+PP_HD T conj_any(const T& x) {
+  if constexpr (is_complex_like<T>::value) {
+    return T(x.real(), -x.imag());
+  } else {
+    return x;
+  }
+}
+
+struct GradCursor {
+  int64_t a, grad_h, h, grad_a, grad_b;
+  int64_t row;  // for the initial state, read before the forward's first step
+};
+
+// The backward of the elementwise recurrence in one scan (rows without packed sequences). With
+// lambda_t the gradient reaching h_t (t in the forward's order, T steps):
+//   lambda_{T-1} = grad_h_{T-1} + grad_final,  lambda_t = grad_h_t + conj(a_{t+1}) lambda_{t+1}
+// an affine scan in the other direction, whose element at step t is (conj(a_{t+1}), grad_h_t).
+// It writes grad_b_t = lambda_t and grad_a_t = lambda_t conj(h_{t-1}) (times conj(a_t) for log
+// gates: d exp(x)/dx), reading h_{t-1} from the forward's output (the initial state, or zero,
+// before the first step), and grad_initial = conj(a_0) lambda_0. Every position reads its
+// neighbour in time (a_{t+1}, h_{t-1}); wide runs load one extra element for it.
+// Positions here are physical: the forward's step t+1 is position p+1, or p-1 when the forward
+// ran in reverse (`forward_reverse`); the engine scans in the other direction.
+template <class In, class C, class State = C>
+struct AffineGradProblem : ProblemBase<Affine<C>> {
+  using Value = typename Affine<C>::value_type;
+  using Cursor = GradCursor;
+  const In* a = nullptr;
+  const In* grad_h = nullptr;
+  const In* h = nullptr;                // the forward's output
+  In* grad_a = nullptr;                 // b's shape (summed to a's by the caller)
+  In* grad_b = nullptr;
+  const State* grad_final = nullptr;    // (rows) or nullptr for zeros
+  const State* initial = nullptr;       // the forward's (rows), or nullptr for zeros
+  State* grad_initial = nullptr;        // (rows)
+  int64_t rows = 0;
+  int64_t len = 0;
+  bool log_gates = false;
+  bool forward_reverse = false;
+  RowIndexer a_rows, grad_h_rows, h_rows, grad_a_rows, grad_b_rows;
+
+  PP_HD Cursor cursor(int64_t row) const {
+    return {a_rows.row_offset(row), grad_h_rows.row_offset(row), h_rows.row_offset(row),
+            grad_a_rows.row_offset(row), grad_b_rows.row_offset(row), row};
+  }
+  PP_HD C gate(const Cursor& c, int64_t pos) const {
+    const C x = static_cast<C>(a[c.a + pos * a_rows.stride_len]);
+    return log_gates ? exp_any(x) : x;
+  }
+  // The forward's next and previous positions after / before `pos`, or -1 outside the row.
+  PP_HD int64_t next_step(int64_t pos) const {
+    const int64_t p = forward_reverse ? pos - 1 : pos + 1;
+    return p < len ? p : -1;
+  }
+  PP_HD int64_t previous_step(int64_t pos) const {
+    const int64_t p = forward_reverse ? pos + 1 : pos - 1;
+    return p < len ? p : -1;
+  }
+  // h_{t-1} of the step at `pos`: the forward's output one step back, or the initial state.
+  PP_HD C h_before(const Cursor& c, int64_t pos) const {
+    const int64_t p = previous_step(pos);
+    if (p >= 0) return static_cast<C>(h[c.h + p * h_rows.stride_len]);
+    return initial == nullptr ? C(0) : static_cast<C>(initial[c.row]);
+  }
+
+  PP_HD Value load(const Cursor& c, int64_t pos) const {
+    const int64_t next = next_step(pos);
+    // The last step's gate multiplies nothing (at_head starts the scan there); 1 keeps it a map.
+    const C next_gate = next >= 0 ? conj_any(gate(c, next)) : C(1);
+    return {next_gate, static_cast<C>(grad_h[c.grad_h + pos * grad_h_rows.stride_len])};
+  }
+  PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
+    C da = v.b * conj_any(h_before(c, pos));
+    if (log_gates) da = da * conj_any(gate(c, pos));
+    grad_a[c.grad_a + pos * grad_a_rows.stride_len] = static_cast<In>(da);
+    grad_b[c.grad_b + pos * grad_b_rows.stride_len] = static_cast<In>(v.b);
+  }
+
+  // Runs of N positions from `lo`, with wide accesses: the neighbours in time are the run's
+  // own elements shifted by one, plus one element read on its own at the run's edge.
+  template <int N>
+  PP_HD bool load_run(const Cursor& c, int64_t lo, Value (&values)[N]) const {
+    if (a_rows.stride_len != 1 || grad_h_rows.stride_len != 1) return false;
+    In ra[N], rg[N];
+    if (!load_wide<N>(a + c.a + lo, ra) || !load_wide<N>(grad_h + c.grad_h + lo, rg)) return false;
+    const int64_t edge = forward_reverse ? lo - 1 : lo + N;  // the next step of the run's last
+    const C edge_gate = (edge >= 0 && edge < len) ? conj_any(gate(c, edge)) : C(1);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = forward_reverse ? i - 1 : i + 1;
+      C g = edge_gate;
+      if (j >= 0 && j < N) {
+        const C x = static_cast<C>(ra[j]);
+        g = conj_any(log_gates ? exp_any(x) : x);
+      }
+      values[i] = {g, static_cast<C>(rg[i])};
+    }
+    return true;
+  }
+  template <int N>
+  PP_HD bool store_run(const Cursor& c, int64_t lo, const Value (&values)[N]) const {
+    if (h_rows.stride_len != 1 || grad_a_rows.stride_len != 1 || grad_b_rows.stride_len != 1 ||
+        (log_gates && a_rows.stride_len != 1)) {
+      return false;
+    }
+    In rh[N], ra[N];
+    if (!load_wide<N>(h + c.h + lo, rh)) return false;
+    if (log_gates && !load_wide<N>(a + c.a + lo, ra)) return false;
+    const C edge_h = h_before(c, forward_reverse ? lo + N - 1 : lo);  // the run's first step's
+    In da[N], db[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int j = forward_reverse ? i + 1 : i - 1;
+      const C before = (j >= 0 && j < N) ? static_cast<C>(rh[j]) : edge_h;
+      C d = values[i].b * conj_any(before);
+      if (log_gates) d = d * conj_any(exp_any(static_cast<C>(ra[i])));
+      da[i] = static_cast<In>(d);
+      db[i] = static_cast<In>(values[i].b);
+    }
+    return store_wide<N>(grad_a + c.grad_a + lo, da) && store_wide<N>(grad_b + c.grad_b + lo, db);
+  }
+
+  PP_HD Value at_head(const Value& v, int64_t row, int64_t /*segment*/) const {
+    return {v.a, grad_final == nullptr ? v.b : v.b + static_cast<C>(grad_final[row])};
+  }
+  PP_HD void store_final(int64_t row, int64_t /*segment*/, const Value& v) const {
+    const Cursor c = cursor(row);
+    const int64_t first = forward_reverse ? len - 1 : 0;
+    grad_initial[row] = static_cast<State>(conj_any(gate(c, first)) * v.b);
+  }
+};
+
 // A: (..., L, D, D) row-major in its last two dims; b and h: (..., L, D). The row enumeration
 // is over b's leading dims; `a_mat_stride` / `b_vec_stride` step within a matrix / vector.
 // `T` is the storage type of every tensor, `C` the type the recurrence computes in.

@@ -1,5 +1,5 @@
-// The CPU ops of the affine recurrences: affine_scan, matrix_affine_scan and their exclusive
-// forms. Each checks and allocates through host/affine_host.h, dispatches on the dtype
+// The CPU ops of the affine recurrences: affine_scan, matrix_affine_scan, their exclusive
+// forms and affine_scan's one-scan backward. Each checks and allocates through host/affine_host.h, dispatches on the dtype
 // (host/affine_dispatch.h) onto the CPU engine (cpu/engine.h). Schemas: csrc/registration.cpp.
 #include <torch/library.h>
 
@@ -21,6 +21,14 @@ std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at:
   return c.result();
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> affine_scan_backward_op(
+    const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h, const OptTensor& grad_final,
+    const OptTensor& initial_state, int64_t dim, bool reverse, bool log_gates) {
+  const auto c = host::prepare_affine_scan_backward(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates);
+  if (c.launch) host::dispatch_affine_grad(c, Engine{});
+  return c.result();
+}
+
 template <bool kExclusive>
 std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, const at::Tensor& b, int64_t dim,
                                                       const OptTensor& initial_state,
@@ -35,6 +43,7 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, co
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
   m.impl("affine_scan", &affine_scan_op<false>);
   m.impl("_affine_scan_exclusive", &affine_scan_op<true>);
+  m.impl("_affine_scan_backward", &affine_scan_backward_op);
   m.impl("matrix_affine_scan", &matrix_affine_scan_op<false>);
   m.impl("_matrix_affine_scan_exclusive", &matrix_affine_scan_op<true>);
 }

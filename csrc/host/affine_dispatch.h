@@ -39,6 +39,44 @@ void dispatch_affine(const PreparedAffine& args, Engine engine) {
   }
 }
 
+template <class In, class Engine>
+void run_affine_grad(const PreparedAffineGrad& args, Engine& engine) {
+  using State = compute_t<In>;
+  using C = accumulate_t<In, Engine>;
+  AffineGradProblem<In, C, State> p;
+  p.a = static_cast<const In*>(args.a.const_data_ptr());
+  p.grad_h = static_cast<const In*>(args.grad_h.const_data_ptr());
+  p.h = static_cast<const In*>(args.h.const_data_ptr());
+  p.grad_a = static_cast<In*>(args.grad_a.data_ptr());
+  p.grad_b = static_cast<In*>(args.grad_b.data_ptr());
+  p.grad_final = args.grad_final.defined() ? static_cast<const State*>(args.grad_final.const_data_ptr()) : nullptr;
+  p.initial = args.initial.defined() ? static_cast<const State*>(args.initial.const_data_ptr()) : nullptr;
+  p.grad_initial = static_cast<State*>(args.grad_initial.data_ptr());
+  p.rows = args.rows;
+  p.len = args.h.size(args.dim);
+  p.log_gates = args.log_gates;
+  p.forward_reverse = args.reverse;
+  const auto idx = row_indexers({args.a, args.grad_h, args.h, args.grad_a, args.grad_b}, args.dim);
+  p.a_rows = idx[0];
+  p.grad_h_rows = idx[1];
+  p.h_rows = idx[2];
+  p.grad_a_rows = idx[3];
+  p.grad_b_rows = idx[4];
+  launch(p, idx, args.geometry, engine);
+}
+
+template <class Engine>
+void dispatch_affine_grad(const PreparedAffineGrad& args, Engine engine) {
+  switch (args.h.scalar_type()) {
+    case at::kComplexFloat: return run_affine_grad<c10::complex<float>>(args, engine);
+    case at::kComplexDouble: return run_affine_grad<c10::complex<double>>(args, engine);
+    default:
+      return visit_floating(args.h.scalar_type(), [&](auto tag) {
+        run_affine_grad<typename decltype(tag)::type>(args, engine);
+      });
+  }
+}
+
 template <class T, int D, class Engine>
 void run_matrix_affine(const PreparedMatrixAffine& args, Engine& engine) {
   MatrixAffineProblem<T, D, accumulate_t<T, Engine>> p;

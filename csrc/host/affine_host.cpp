@@ -92,6 +92,47 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
   return args;
 }
 
+PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h,
+                                                const c10::optional<at::Tensor>& grad_final,
+                                                const c10::optional<at::Tensor>& initial_state, int64_t dim_in,
+                                                bool reverse, bool log_gates) {
+  TORCH_CHECK(a.device() == h.device() && grad_h.device() == h.device(),
+              "_affine_scan_backward: expected a, h and grad_h on one device");
+  TORCH_CHECK(a.scalar_type() == h.scalar_type() && grad_h.scalar_type() == h.scalar_type(),
+              "_affine_scan_backward: expected a, h and grad_h of one dtype");
+  TORCH_CHECK(grad_h.sizes() == h.sizes(), "grad_h: expected h's shape ", h.sizes(), ", got ", grad_h.sizes());
+  TORCH_CHECK(at::is_expandable_to(a.sizes(), h.sizes()),
+              "a: expected a shape broadcastable to h's ", h.sizes(), ", got ", a.sizes());
+  const int64_t dim = wrap_dim(h, dim_in);
+  const auto sdtype = state_dtype(h.scalar_type());
+  const auto shape = state_shape(h, dim, 1, false);
+
+  PreparedAffineGrad args;
+  args.a = a.expand_as(h);
+  args.h = h;
+  args.grad_h = grad_h;
+  args.dim = dim;
+  args.rows = row_count(h, dim);
+  args.reverse = reverse;
+  args.log_gates = log_gates;
+  args.initial = prepare_initial(initial_state, h, shape, sdtype);
+  if (grad_final.has_value()) {
+    TORCH_CHECK(grad_final->sizes() == at::IntArrayRef(shape), "grad_final: expected shape ",
+                at::IntArrayRef(shape), ", got ", grad_final->sizes());
+    args.grad_final = grad_final->to(h.device(), sdtype).contiguous();
+  }
+  args.grad_a = at::empty_like(h);
+  args.grad_b = at::empty_like(h);
+  // Rows of length 0 never reach the engine: their initial state's gradient is grad_final's.
+  const bool empty_rows = h.size(dim) == 0;
+  args.grad_initial = empty_rows ? (args.grad_final.defined() ? args.grad_final.clone()
+                                                              : at::zeros(shape, h.options().dtype(sdtype)))
+                                 : at::empty(shape, h.options().dtype(sdtype));
+  args.launch = h.numel() > 0;
+  if (args.launch) args.geometry = make_geometry(args.rows, h.size(dim), at::Tensor(), false, !reverse);
+  return args;
+}
+
 PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::Tensor& b, int64_t dim_in,
                                                 const c10::optional<at::Tensor>& initial_state,
                                                 const c10::optional<at::Tensor>& offsets,

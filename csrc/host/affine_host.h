@@ -31,6 +31,26 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
                                    const c10::optional<at::Tensor>& offsets, bool reverse,
                                    bool log_gates, bool exclusive);
 
+// The backward of affine_scan without packed sequences, in one scan (AffineGradProblem): `a`
+// expanded to h's shape, h the forward's output; grad_a in h's shape (the caller sums it to
+// a's), grad_b, grad_initial (rows, in the state dtype).
+struct PreparedAffineGrad {
+  at::Tensor a, h, grad_h;
+  at::Tensor grad_final, initial;  // undefined for zeros
+  at::Tensor grad_a, grad_b, grad_initial;
+  int64_t dim = 0;
+  int64_t rows = 0;
+  bool reverse = false;  // the forward's direction
+  bool log_gates = false;
+  ScanGeometry geometry;
+  bool launch = false;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result() const { return {grad_a, grad_b, grad_initial}; }
+};
+PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h,
+                                                const c10::optional<at::Tensor>& grad_final,
+                                                const c10::optional<at::Tensor>& initial_state, int64_t dim,
+                                                bool reverse, bool log_gates);
+
 // The matrix form: A (..., L, d, d) expanded to b's leading dims, b and h (..., L, d). `dim`
 // indexes b (all of its dims, as every op counts them) and is never its last, state dim.
 struct PreparedMatrixAffine {

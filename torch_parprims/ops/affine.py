@@ -125,7 +125,13 @@ def _matrix_fake(A, b, dim=-2, initial_state=None, offsets=None, reverse=False):
     return torch.empty_like(b), b.new_empty(_state_shape(b, dim, offsets))
 
 
+def _affine_backward_fake(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates):
+    grad_initial = h.new_empty(_state_shape(h, dim, None), dtype=_state_dtype(h.dtype))
+    return torch.empty_like(h), torch.empty_like(h), grad_initial
+
+
 torch.library.register_fake("parprims::affine_scan")(_affine_fake)
+torch.library.register_fake("parprims::_affine_scan_backward")(_affine_backward_fake)
 torch.library.register_fake("parprims::_affine_scan_exclusive")(_affine_fake)
 torch.library.register_fake("parprims::matrix_affine_scan")(_matrix_fake)
 torch.library.register_fake("parprims::_matrix_affine_scan_exclusive")(_matrix_fake)
@@ -134,21 +140,48 @@ torch.library.register_fake("parprims::_matrix_affine_scan_exclusive")(_matrix_f
 # ---- autograd -------------------------------------------------------------------------------
 
 
+# Devices on which affine_scan's backward is the one-scan kernel (_affine_scan_backward).
+# The kernel is built for CUDA too but has not run on a GPU yet; until
+# test_one_scan_backward_matches_reference has passed there, CUDA keeps the composed backward.
+_ONE_SCAN_BACKWARD_DEVICES = ("cpu",)
+
+
+def _one_scan_backward(b, offsets):
+    return offsets is None and b.device.type in _ONE_SCAN_BACKWARD_DEVICES
+
+
 def _affine_setup(ctx, inputs, output):
     a, b, dim, initial_state, offsets, reverse, log_gates = inputs
     ctx.dim, ctx.reverse, ctx.log_gates = dim, reverse, log_gates
     ctx.initial_dtype = None if initial_state is None else initial_state.dtype
-    ctx.save_for_backward(a, b, initial_state, offsets)
+    # The one-scan backward reads h_{t-1} from the forward's output.
+    h = output[0] if _one_scan_backward(b, offsets) else None
+    ctx.save_for_backward(a, b, initial_state, offsets, h)
 
 
 def _affine_backward(ctx, grad_h, grad_final):
-    a, b, initial_state, offsets = ctx.saved_tensors
+    a, b, initial_state, offsets, h = ctx.saved_tensors
+    if grad_h is None:
+        grad_h = b.new_zeros(()).expand_as(b)
+    if h is not None:
+        grad_a, lam, grad_initial = _ops._affine_scan_backward(a, h, grad_h, grad_final, initial_state, ctx.dim,
+                                                               ctx.reverse, ctx.log_gates)
+        grad_a = grad_a.sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
+    else:
+        grad_a, lam, grad_initial = _affine_backward_composed(ctx, a, b, initial_state, offsets, grad_h, grad_final)
+    grad_init = None
+    if initial_state is not None and ctx.needs_input_grad[3]:
+        grad_init = grad_initial.to(ctx.initial_dtype)
+    return grad_a, lam, None, grad_init, None, None, None
+
+
+def _affine_backward_composed(ctx, a, b, initial_state, offsets, grad_h, grad_final):
+    """The backward from the library's scans and elementwise ops (packed sequences, and devices
+    without the one-scan backward)."""
     dim, reverse = ctx.dim, ctx.reverse
     gate = a.exp() if ctx.log_gates else a
     gate_c = gate.conj() if gate.is_complex() else gate
     gate_full = gate_c.expand_as(b)
-    if grad_h is None:
-        grad_h = torch.zeros_like(b)
     # lambda_t = grad_h_t + conj(a_{t+1}) lambda_{t+1}: the exclusive reverse scan gives the
     # second term (grad_final enters at each sequence's end) and, as its final state, the
     # gradient of the initial state.
@@ -163,10 +196,7 @@ def _affine_backward(ctx, grad_h, grad_final):
         if ctx.log_gates:
             grad_a = grad_a * gate_c
         grad_a = grad_a.sum_to_size(a.shape)
-    grad_init = None
-    if initial_state is not None and ctx.needs_input_grad[3]:
-        grad_init = grad_initial.to(ctx.initial_dtype)
-    return grad_a, lam, None, grad_init, None, None, None
+    return grad_a, lam, grad_initial
 
 
 torch.library.register_autograd("parprims::affine_scan", _affine_backward, setup_context=_affine_setup)
