@@ -7,6 +7,8 @@
 #   build   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation --no-deps -e .
 #           (falls back to `python3 setup.py build_ext --inplace`)          -> $OUT/build.log
 #   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "$TEST_MARKERS" (default "not slow") -> $OUT/pytest_cuda.log
+#   sanitizer  compute-sanitizer memcheck, then racecheck, over a quick subset of the CUDA tests
+#           (SANITIZER_TESTS, a pytest -k expression in SANITIZER_K)      -> $OUT/sanitizer.log
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
 #           the bench rows check every baseline's output anyway)
 #   bench   bench_scan, bench_affine_scan, bench_selective_scan, bench_compact, bench_reduce and bench_histogram (BENCH_SCRIPTS)
@@ -17,7 +19,7 @@
 # Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
 # timeout and what is left of the total (each benchmark script gets an equal share of what
 # remains and stops starting cases 20 s before its limit; results are saved after every case).
-# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
+# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), SANITIZER_TIMEOUT (per tool, 150), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
 # MODELS_TIMEOUT (150), BENCH_ARGS (extra args for every bench script, e.g. "--quick" or "--only 'scan:add'"),
 # PYTEST_ARGS (extra pytest args, e.g. "-x -k scan"), SELFTEST (0), SUMMARY_WIDTH (125).
 # The build stays in place between calls while the machine is warm, so a later call can run
@@ -125,6 +127,25 @@ if has_stage tests; then
     sed -n '/short test summary/,$p' "$OUT/pytest_cuda.log" | head -40
   fi
   note "tests: $TEST_STATUS"
+fi
+
+SANITIZER_STATUS="not run"
+if has_stage sanitizer; then
+  echo "== sanitizer (log: $OUT/sanitizer.log)"
+  # Small shapes of every scan kernel (row-loop, flat, column) and the affine backward.
+  tests="${SANITIZER_TESTS:-tests/test_scan.py tests/test_affine_scan.py tests/test_segmented_scan.py}"
+  k="${SANITIZER_K:-(matches_reference and not slow and (300x or 3x33)) or (segmented_scan_matches and random and float32) or (one_scan_backward and dtype0 and (row_loop or small))}"
+  SANITIZER_STATUS=""
+  for tool in memcheck racecheck; do
+    ts=$(date +%s)
+    # shellcheck disable=SC2086
+    PARPRIMS_TEST_DEVICES=cuda timeout "$(limit "${SANITIZER_TIMEOUT:-150}")" compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider $tests -k "$k" >>"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    SANITIZER_STATUS="$SANITIZER_STATUS $tool rc=$rc ($(($(date +%s) - ts)) s);"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1
+  done
+  note "sanitizer:$SANITIZER_STATUS"
 fi
 
 if has_stage bench || has_stage selftest; then
