@@ -371,3 +371,20 @@ def test_cpu_long_recurrence_accumulates_in_double():
     expected, expected_final = ref.affine_scan(a.double(), b.double(), -1)
     assert rel_err(h, expected) < 1e-7
     assert_close(final, expected_final, rtol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reverse", (False, True))
+def test_affine_scan_row_longer_than_2_to_31(reverse, device):
+    """One row of 2^31 + 3 steps of h_t = h_{t-1} + 1 in float64 (exact): h at step t is t + 1,
+    counted from the end when reversed."""
+    if not device.startswith("cuda"):
+        pytest.skip("needs about 52 GB of device memory; the CPU paths index with int64 throughout")
+    n = (1 << 31) + 3
+    b = torch.ones(n, dtype=torch.float64, device=device)
+    h, final = pp.affine_scan(1.0, b, 0, reverse=reverse)
+    del b
+    expected_last = n if not reverse else 1
+    assert h[-1].item() == expected_last and final.item() == n
+    steps = h[1:] - h[:-1]
+    assert bool((steps == (1 if not reverse else -1)).all())

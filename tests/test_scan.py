@@ -283,3 +283,23 @@ def test_double_backward_of_mul_raises_a_clear_error(device):
     (g,) = torch.autograd.grad(pp.scan(x, 0, "mul").sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()
+
+
+# ---- more than 2^31 elements (GPU only: tens of GB) --------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", (((1 << 31) + 3,), (1024, (1 << 21) + 1)), ids=("one_row", "many_rows"))
+def test_scan_beyond_2_to_31_elements(shape, device):
+    """Index arithmetic past 2^31: one row longer than 2^31 (the flat kernel) and 2^31 + 1024
+    elements in rows (the row-loop kernel). Ones of int32 summed into int64 are exact: the
+    output at position t of a row is t + 1."""
+    if not device.startswith("cuda"):
+        pytest.skip("needs about 26 GB of device memory; the CPU paths index with int64 throughout")
+    x = torch.ones(shape, dtype=torch.int32, device=device)
+    y = pp.scan(x, -1)
+    del x
+    n = y.shape[-1]
+    assert y.dtype == torch.int64
+    assert (y[..., -1] == n).all() and (y[..., 0] == 1).all()
+    assert bool((y[..., 1:] - y[..., :-1] == 1).all())
