@@ -35,15 +35,26 @@ def sources(pattern):
 LINK = ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 
 
+def openmp_flags():
+    """-fopenmp where torch runs its CPU threads on OpenMP (Linux wheels). ATen's parallel_for is
+    inline: in a file compiled without OpenMP it runs on the calling thread alone, so every CPU
+    kernel would use one core. The module then needs libgomp.so.1, which torch has loaded
+    already, so both share one thread pool (and torch.set_num_threads)."""
+    import torch
+
+    return ["-fopenmp"] if sys.platform.startswith("linux") and torch.backends.openmp.is_available() else []
+
+
 def extension():
     from torch.utils import cpp_extension
 
-    cxx = ["-O3"]
+    omp = openmp_flags()
+    cxx = ["-O3"] + omp
     srcs = sources("csrc/registration.cpp") + sources("csrc/host/*.cpp") + sources("csrc/cpu/*.cpp")
     if not want_cuda():
         return cpp_extension.CppExtension(
             "torch_parprims._C", srcs, extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=0"]},
-            extra_link_args=LINK,
+            extra_link_args=LINK + omp,
         )
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     nvcc = ["-O3", "-lineinfo", "--threads=2", "-DPARPRIMS_CUDA=1"]
@@ -51,7 +62,7 @@ def extension():
         "torch_parprims._C",
         srcs + sources("csrc/cuda/*.cu"),
         extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=1"], "nvcc": nvcc},
-        extra_link_args=LINK,
+        extra_link_args=LINK + omp,
     )
 
 

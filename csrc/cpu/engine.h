@@ -2,7 +2,7 @@
 //
 // Every row is scanned with the segmented lift of the problem's monoid, so rows, packed
 // sequences, exclusive and reverse scans share one loop. Many rows: rows in parallel, each
-// sequential. Few long rows: the three-phase chunked scan (reduce each chunk, scan the chunk
+// sequential (without packed sequences, four rows interleaved position by position). Few long rows: the three-phase chunked scan (reduce each chunk, scan the chunk
 // totals, rescan each chunk from its carry-in) over at::parallel_for.
 #pragma once
 
@@ -91,6 +91,47 @@ struct RowScanner {
 
   void whole_row(int64_t row) const { run(row, 0, g.len, Seg::identity(), true); }
 
+  // kInterleave whole rows without packed sequences at once, position by position: each row's
+  // recurrence is a chain of dependent combines (a float add waits for the previous one), and
+  // independent rows fill those waits. The same combines in the same order as run_plain.
+  static constexpr int kInterleave = 4;
+  void interleaved_rows(int64_t first_row) const {
+    typename P::Cursor cursors[kInterleave];
+    typename M::value_type acc[kInterleave];
+    const int64_t step = g.reverse ? -1 : 1;
+    int64_t ppos = g.physical_pos(0);
+    for (int r = 0; r < kInterleave; ++r) {
+      const int64_t row = first_row + r;
+      cursors[r] = problem.cursor(row);
+      const auto v = problem.at_head(problem.load(cursors[r], ppos), row, 0);
+      problem.store(cursors[r], ppos, g.exclusive ? problem.exclusive_head(row, 0) : v);
+      acc[r] = v;
+    }
+    for (int64_t pos = 1; pos < g.len; ++pos) {
+      ppos += step;
+      for (int r = 0; r < kInterleave; ++r) {
+        const auto v = problem.load(cursors[r], ppos);
+        if (g.exclusive) {
+          problem.store(cursors[r], ppos, acc[r]);
+          acc[r] = M::combine(acc[r], v);
+        } else {
+          acc[r] = M::combine(acc[r], v);
+          problem.store(cursors[r], ppos, acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < kInterleave; ++r) problem.store_final(first_row + r, 0, acc[r]);
+  }
+
+  // Rows [lo, hi), whole: kInterleave at a time where there are no packed sequences.
+  void whole_rows(int64_t lo, int64_t hi) const {
+    int64_t row = lo;
+    if (g.segments.offsets == nullptr) {
+      for (; row + kInterleave <= hi; row += kInterleave) interleaved_rows(row);
+    }
+    for (; row < hi; ++row) whole_row(row);
+  }
+
   void chunked_row(int64_t row) const {
     const int64_t chunks = (g.len + kRowChunk - 1) / kRowChunk;
     std::vector<Lifted> carries(chunks + 1, Seg::identity());
@@ -118,9 +159,7 @@ void scan(const P& problem, const ScanGeometry& g) {
     return;
   }
   const int64_t grain = std::max<int64_t>(1, kRowChunk / g.len);
-  at::parallel_for(0, g.rows, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t row = lo; row < hi; ++row) scanner.whole_row(row);
-  });
+  at::parallel_for(0, g.rows, grain, [&](int64_t lo, int64_t hi) { scanner.whole_rows(lo, hi); });
 }
 
 }  // namespace parprims::cpu
