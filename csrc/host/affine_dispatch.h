@@ -29,14 +29,8 @@ void run_affine(const PreparedAffine& args, Engine& engine) {
 
 template <class Engine>
 void dispatch_affine(const PreparedAffine& args, Engine engine) {
-  switch (args.b.scalar_type()) {
-    case at::kComplexFloat: return run_affine<c10::complex<float>>(args, engine);
-    case at::kComplexDouble: return run_affine<c10::complex<double>>(args, engine);
-    default:
-      return visit_floating(args.b.scalar_type(), [&](auto tag) {
-        run_affine<typename decltype(tag)::type>(args, engine);
-      });
-  }
+  visit_floating_and_complex(args.b.scalar_type(),
+                             [&](auto tag) { run_affine<typename decltype(tag)::type>(args, engine); });
 }
 
 template <class In, class Engine>
@@ -67,14 +61,8 @@ void run_affine_grad(const PreparedAffineGrad& args, Engine& engine) {
 
 template <class Engine>
 void dispatch_affine_grad(const PreparedAffineGrad& args, Engine engine) {
-  switch (args.h.scalar_type()) {
-    case at::kComplexFloat: return run_affine_grad<c10::complex<float>>(args, engine);
-    case at::kComplexDouble: return run_affine_grad<c10::complex<double>>(args, engine);
-    default:
-      return visit_floating(args.h.scalar_type(), [&](auto tag) {
-        run_affine_grad<typename decltype(tag)::type>(args, engine);
-      });
-  }
+  visit_floating_and_complex(args.h.scalar_type(),
+                             [&](auto tag) { run_affine_grad<typename decltype(tag)::type>(args, engine); });
 }
 
 template <class T, int D, class Engine>

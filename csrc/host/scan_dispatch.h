@@ -47,6 +47,15 @@ void visit_floating(at::ScalarType t, F&& f) {
 }
 
 template <class F>
+void visit_floating_and_complex(at::ScalarType t, F&& f) {
+  switch (t) {
+    case at::kComplexFloat: return f(Tag<c10::complex<float>>{});
+    case at::kComplexDouble: return f(Tag<c10::complex<double>>{});
+    default: return visit_floating(t, f);
+  }
+}
+
+template <class F>
 void visit_floating_and_integral(at::ScalarType t, F&& f) {
   switch (t) {
     case at::kInt: return f(Tag<int32_t>{});
