@@ -165,6 +165,12 @@ def _samples():
                      softplus=True, init=L % 2 == 1))
     for L in (2048, 2049, 4500):
         out.append(S(1, 2, L, 2, "var", D=True, z=True, delta_bias=True, softplus=True, init=L == 2049))
+    # Time segments (CUDA, few rows: each row is cut into segments of 512 steps at L = 4096, on
+    # any GPU that runs 8 blocks at once): sequences that end at segment ends, empty ones there,
+    # a sequence across several segments, one of a single step.
+    out.append(S(lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0), bc="var", D=True, z=True,
+                 delta_bias=True, softplus=True, init=True))
+    out.append(S(2, 3, 4096, 4, "const", D=True, delta_bias=True, softplus=True, init=True))
     # Empty rows keep the initial state (variable B/C: see test_empty_rows_backward_variable_B).
     out.append(S(1, 2, 0, 4, "const", D=True, z=True, init=True))
     # State sizes.

@@ -72,7 +72,8 @@ struct SelectiveScanParams {
 
 // Gradients of the backward, beside the forward's params. Parameter gradients are written as
 // per-task partial sums (summed afterwards in a fixed order, so runs are bitwise identical):
-// A, D, delta_bias and constant B/C per batch row; variable B/C per block of channels.
+// A, D, delta_bias and constant B/C per batch row (and time segment, on CUDA: rows =
+// segments * batch); variable B/C per block of channels.
 struct SelectiveScanGrads {
   SeqTensor dout;                      // (batch, dim, L) incoming gradient of out
   const void* dlast_state = nullptr;   // (batch or S, dim, N) compute type, or nullptr
@@ -80,10 +81,10 @@ struct SelectiveScanGrads {
   void* ddelta = nullptr;              // (batch, dim, L) contiguous, input dtype
   void* dz = nullptr;                  // (batch, dim, L) contiguous, input dtype, or nullptr
   void* dinitial = nullptr;            // (batch or S, dim, N) compute type, or nullptr
-  void* dA_partial = nullptr;          // (batch, dim, N)
-  void* dD_partial = nullptr;          // (batch, dim), or nullptr
-  void* ddelta_bias_partial = nullptr; // (batch, dim), or nullptr
-  // Constant B/C: (batch, dim, N). Variable: (channel_blocks, batch, G, N, L).
+  void* dA_partial = nullptr;          // (rows, dim, N)
+  void* dD_partial = nullptr;          // (rows, dim), or nullptr
+  void* ddelta_bias_partial = nullptr; // (rows, dim), or nullptr
+  // Constant B/C: (rows, dim, N). Variable: (channel_blocks, batch, G, N, L).
   void* dB_partial = nullptr;
   void* dC_partial = nullptr;
   int64_t channel_block = 32;          // channels per block of the variable partial sums

@@ -1,10 +1,13 @@
-// Instantiations of the fused selective-scan forward (selective_scan/forward.cuh).
+// Instantiations of the fused selective-scan forward (selective_scan/forward.cuh), and the
+// launch shapes of both directions.
+#include <cstdlib>
+
 #include "selective_scan/dispatch.cuh"
 #include "selective_scan/forward.cuh"
 
 namespace parprims::cuda {
 
-SelectiveScanShape selective_scan_shape(const SelectiveScanParams& p, int states_per_thread) {
+SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread) {
   SelectiveScanShape s;
   while (s.threads_per_channel * states_per_thread < p.dstate && s.threads_per_channel < Policy::kMaxThreadsPerChannel) {
     s.threads_per_channel *= 2;
@@ -14,22 +17,75 @@ SelectiveScanShape selective_scan_shape(const SelectiveScanParams& p, int states
   s.states_per_tile = s.threads_per_channel * states_per_thread;
   s.state_tiles = static_cast<int>((p.dstate + s.states_per_tile - 1) / s.states_per_tile);
   s.blocks_per_group = (p.dim_per_group + s.channels_per_block - 1) / s.channels_per_block;
-  s.blocks = p.batch * p.groups * s.blocks_per_group;
+  s.channel_blocks = p.batch * p.groups * s.blocks_per_group;
+  s.blocks = s.channel_blocks;
   return s;
 }
 
-void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& s,
-                                   at::ScalarType input_dtype) {
+namespace {
+
+// Segments shorter than this spend more on the extra summary pass and the carries than the
+// parallelism they add brings back.
+constexpr int64_t kMinSegmentLen = 512;
+
+bool time_segments_disabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("PARPRIMS_NO_TIME_SEGMENTS");
+    return env != nullptr && env[0] == '1';
+  }();
+  return off;
+}
+
+}  // namespace
+
+// As many segments as keep the blocks within one wave of the GPU (every block then runs at
+// once, and segments of equal length end together); none when the channel blocks alone fill
+// half of it.
+void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int64_t resident) {
+  const int64_t wanted = resident / s.channel_blocks;
+  const int64_t most = p.len / kMinSegmentLen;
+  const int64_t segments = wanted < most ? wanted : most;
+  if (segments < 2 || time_segments_disabled()) return;
+  const int64_t len = (p.len + segments - 1) / segments;
+  s.segment_len = (len + kSegmentAlign - 1) / kSegmentAlign * kSegmentAlign;
+  s.segments = (p.len + s.segment_len - 1) / s.segment_len;
+  s.blocks = s.channel_blocks * s.segments;
+}
+
+template <class In, class Acc, bool kVariableBC, bool kSummary>
+constexpr auto forward_kernel() {
+  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary>;
+}
+
+SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype) {
+  auto s = selective_scan_channel_shape(p, Policy::kForwardStatesPerThread);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = ForwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
+    add_time_segments(s, p, resident_blocks(forward_kernel<In, Acc, false, false>(), smem));
+  });
+  return s;
+}
+
+void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
+                                   at::ScalarType input_dtype) {
+  visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
+    using In = decltype(in);
+    using Acc = decltype(acc);
+    const size_t smem = ForwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
     // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
-    if (p.B.variable && p.C.variable) {
-      launch_blocks(selective_scan_forward_kernel<In, Acc, true>, smem, s.blocks, p, s);
-    } else {
-      launch_blocks(selective_scan_forward_kernel<In, Acc, false>, smem, s.blocks, p, s);
-    }
+    const bool both = p.B.variable && p.C.variable;
+    run_time_segments<Acc>(
+        shape, p, /*reverse=*/false,
+        [&](const SelectiveScanShape& s) {
+          launch_blocks(both ? forward_kernel<In, Acc, true, true>() : forward_kernel<In, Acc, false, true>(), smem,
+                        s.blocks, p, s);
+        },
+        [&](const SelectiveScanShape& s) {
+          launch_blocks(both ? forward_kernel<In, Acc, true, false>() : forward_kernel<In, Acc, false, false>(),
+                        smem, s.blocks, p, s);
+        });
   });
 }
 

@@ -44,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
     else fw.last_state.zero_();
     return {fw.out, fw.last_state, fw.checkpoints};
   }
-  auto shape = selective_scan_shape(fw.params, Policy::kForwardStatesPerThread);
+  auto shape = selective_scan_forward_shape(fw.params, u.scalar_type());
   at::Tensor scratch[3];
   add_scratch(shape, in, 1, scratch);
   launch_selective_scan_forward(fw.params, shape, u.scalar_type());
@@ -65,12 +65,12 @@ host::SelectiveScanGradients selective_scan_backward(
                                                      initial_state, cu_seqlens, /*save_checkpoints=*/true));
   }
   const auto shape_params = host::input_params(in);
-  auto shape = selective_scan_shape(shape_params, Policy::kStatesPerThread);
+  auto shape = selective_scan_backward_shape(shape_params, u.scalar_type());
   const bool has_steps = in.len > 0 && in.batch > 0 && in.dim > 0;
   auto bw = host::prepare_selective_scan_backward(std::move(in), grad_out, grad_last_state,
                                                   has_steps ? checkpoints : at::Tensor(),
                                                   has_steps ? kSelectiveScanCheckpointEvery : 0,
-                                                  shape.channels_per_block);
+                                                  shape.channels_per_block, shape.segments);
   if (!has_steps) {
     for (auto* t : {&bw.dA_partial, &bw.dD_partial, &bw.ddelta_bias_partial, &bw.dB_partial, &bw.dC_partial}) {
       if (t->defined()) t->zero_();

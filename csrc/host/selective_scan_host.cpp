@@ -188,7 +188,7 @@ SelectiveScanForward prepare_selective_scan_forward(SelectiveScanInputs in, int6
 SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, const at::Tensor& grad_out,
                                                       const OptionalTensor& grad_last_state,
                                                       const at::Tensor& checkpoints, int64_t checkpoint_every,
-                                                      int64_t channel_block) {
+                                                      int64_t channel_block, int64_t time_segments) {
   check_like_u(grad_out, in.u, "grad_out");
   SelectiveScanBackward bw;
   const auto opts = in.u.options();
@@ -222,20 +222,21 @@ SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, co
     bw.dinitial = at::empty({in.num_states(), in.dim, in.dstate}, acc);
     g.dinitial = bw.dinitial.data_ptr();
   }
-  bw.dA_partial = at::empty({in.batch, in.dim, in.dstate}, acc);
+  const int64_t partial_rows = time_segments * in.batch;
+  bw.dA_partial = at::empty({partial_rows, in.dim, in.dstate}, acc);
   g.dA_partial = bw.dA_partial.data_ptr();
   if (in.D.defined()) {
-    bw.dD_partial = at::empty({in.batch, in.dim}, acc);
+    bw.dD_partial = at::empty({partial_rows, in.dim}, acc);
     g.dD_partial = bw.dD_partial.data_ptr();
   }
   if (in.delta_bias.defined()) {
-    bw.ddelta_bias_partial = at::empty({in.batch, in.dim}, acc);
+    bw.ddelta_bias_partial = at::empty({partial_rows, in.dim}, acc);
     g.ddelta_bias_partial = bw.ddelta_bias_partial.data_ptr();
   }
   g.channel_block = channel_block;
   const int64_t blocks = (in.dim / in.groups + channel_block - 1) / channel_block;
   auto partial_for = [&](const at::Tensor& P) {
-    return P.dim() == 2 ? at::empty({in.batch, in.dim, in.dstate}, acc)
+    return P.dim() == 2 ? at::empty({partial_rows, in.dim, in.dstate}, acc)
                         : at::empty({blocks, in.batch, in.groups, in.dstate, in.len}, acc);
   };
   bw.dB_partial = partial_for(in.B);

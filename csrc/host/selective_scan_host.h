@@ -43,7 +43,8 @@ struct SelectiveScanForward {
 // `checkpoint_every`: the spacing of the states the forward saves for the backward (0: none).
 SelectiveScanForward prepare_selective_scan_forward(SelectiveScanInputs in, int64_t checkpoint_every);
 
-// The backward: gradients and partial sums allocated, params pointing at them.
+// The backward: gradients and partial sums allocated, params pointing at them. The per-task
+// partial sums of A, D, delta_bias and constant B/C have a row per (time segment, batch row).
 struct SelectiveScanBackward {
   SelectiveScanInputs in;
   SelectiveScanParams params;
@@ -56,7 +57,7 @@ struct SelectiveScanBackward {
 SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, const at::Tensor& grad_out,
                                                       const OptionalTensor& grad_last_state,
                                                       const at::Tensor& checkpoints, int64_t checkpoint_every,
-                                                      int64_t channel_block);
+                                                      int64_t channel_block, int64_t time_segments = 1);
 
 // (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state); absent inputs get empty tensors.
 using SelectiveScanGradients = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,

@@ -11,6 +11,11 @@
 //      sums of variable dB and dC, reduced over its channels in a fixed order.
 // No floating-point atomics: every partial sum has one writer, and the host adds partials in
 // a fixed order, so gradients are bitwise reproducible.
+// With time segments (common.cuh), the summary instance (kSummary) walks each segment back
+// from a zero gradient with only steps 1 and 3's state gradient, and writes the gradient
+// entering the segment's first step and the product of its gates; the full instance then
+// starts each segment's walk from the combined carry. Per-task partial sums get a row per
+// (segment, batch row).
 #pragma once
 
 #include "common.cuh"
@@ -80,7 +85,7 @@ struct ChannelReduction {
   __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
 };
 
-template <class In, class Acc>
+template <class In, class Acc, bool kSummary>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPerSM)
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
@@ -107,7 +112,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   const Acc* init = static_cast<const Acc*>(p.initial_state);
   const Acc* dlast = static_cast<const Acc*>(gr.dlast_state);
   const Acc* checkpoints = static_cast<const Acc*>(p.checkpoints);
-  const int64_t chunks = (p.len + K - 1) / K;
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
@@ -119,6 +123,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       const int64_t n0 = static_cast<int64_t>(tile) * s.states_per_tile + me.quad * kStates;
       Acc Araw[kStates], A2[kStates], Bc[kStates], Cc[kStates];
       Acc lam[kStates], dA[kStates], dBc[kStates], dCc[kStates];
+      Acc decay[kStates];  // the summary's product of the gates since the segment end or a sequence end
       bool has_state[kStates];
 #pragma unroll
       for (int j = 0; j < kStates; ++j) {
@@ -128,15 +133,37 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         A2[j] = Araw[j] * Gate<Acc>::kScale;
         Bc[j] = (has_state[j] && !p.B.variable) ? static_cast<const Acc*>(p.B.data)[p.B.offset(0, 0, me.d, n, 0)] : Acc(0);
         Cc[j] = (has_state[j] && !p.C.variable) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
-        lam[j] = dA[j] = dBc[j] = dCc[j] = Acc(0);
+        dA[j] = dBc[j] = dCc[j] = Acc(0);
+        // The gradient entering the segment's last step: the combined carry (zero for the last
+        // segment, and always in the summary).
+        const Acc* carry = static_cast<const Acc*>(s.segment_state);
+        lam[j] = (!kSummary && s.segments > 1 && has_state[j]) ? carry[me.segment_at(p, n0 + j)] : Acc(0);
+        decay[j] = Acc(1);
       }
       auto state_at = [&](const Acc* base, int64_t k, int j) {
         return (base && has_state[j]) ? base[(k * p.dim + me.d) * p.dstate + n0 + j] : Acc(0);
       };
       // Walking back, the sequence of the current step.
-      int64_t seq_back = p.offsets ? sequence_of(p, p.len - 1) : me.b;
+      int64_t seq_back = p.offsets ? sequence_of(p, me.t_end - 1) : me.b;
+      // Whether step t ends (starts) its sequence; at an end the walk restarts from the
+      // sequence's last-state gradient.
+      auto step_bounds = [&](int64_t t, bool& ends, bool& starts) {
+        ends = t == p.len - 1, starts = t == 0;
+        if (p.offsets) {
+          while (seq_back > 0 && t < p.seq_offset(seq_back)) --seq_back;
+          ends = t + 1 == sequence_end(p, seq_back);
+          starts = t == p.seq_offset(seq_back);
+        }
+        if (ends) {
+#pragma unroll
+          for (int j = 0; j < kStates; ++j) {
+            lam[j] = state_at(dlast, seq_back, j);
+            decay[j] = Acc(0);
+          }
+        }
+      };
 
-      for (int64_t c = chunks - 1; c >= 0; --c) {
+      for (int64_t c = (me.t_end - 1) / K; c >= me.t_begin / K; --c) {
         const int64_t t0 = c * K;
         const int steps = static_cast<int>(p.len - t0 < K ? p.len - t0 : K);
         __syncthreads();
@@ -148,7 +175,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             const int64_t d = d0 + it.channel, t = t0 + it.step;
             const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
             dl = fast_processed_delta(load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)), bias, p.delta_softplus);
-            u = load_as<In, Acc>(p.u.data, p.u.offset(me.b, d, t));
+            if (!kSummary) u = load_as<In, Acc>(p.u.data, p.u.offset(me.b, d, t));
             dy = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
             if (p.z.data) dy *= fast_silu(load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t)));
           }
@@ -168,197 +195,219 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                                                 : Acc(0);
           }
         };
-        if (p.B.variable) stage_states(p.B, s_B);
+        if (p.B.variable && !kSummary) stage_states(p.B, s_B);
         if (p.C.variable) stage_states(p.C, s_C);
         __syncthreads();
 
-        // ---- 2. recompute the chunk's states from its checkpoint ----
-        Acc h_in[K][kStates];  // the state entering each step
-        {
-          Acc h[kStates];
+        if constexpr (kSummary) {
+          // ---- the state gradient alone, back over the chunk ----
 #pragma unroll
-          for (int j = 0; j < kStates; ++j) {
-            h[j] = has_state[j] ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
-                                : Acc(0);
+          for (int i = K - 1; i >= 0; --i) {
+            if (i >= steps) continue;
+            bool ends, starts;
+            step_bounds(t0 + i, ends, starts);
+            const Acc dl = s_delta[me.channel * kPitch + i];
+            const Acc dy = s_dy[me.channel * kPitch + i];
+#pragma unroll
+            for (int j = 0; j < kStates; ++j) {
+              const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
+              const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
+              lam[j] = a * (lam[j] + Ct * dy);
+              decay[j] *= a;
+            }
           }
-          int64_t seq = p.offsets ? sequence_of(p, t0) : me.b;
+        } else {
+          // ---- 2. recompute the chunk's states from its checkpoint ----
+          Acc h_in[K][kStates];  // the state entering each step
+          {
+            Acc h[kStates];
 #pragma unroll
-          for (int i = 0; i < K; ++i) {
-            if (i < steps) {
-              const int64_t t = t0 + i;
-              if (p.offsets && i > 0) {
-                while (seq + 1 < p.num_seqs && t >= p.seq_offset(seq + 1)) {
-                  ++seq;
+            for (int j = 0; j < kStates; ++j) {
+              h[j] = has_state[j] ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
+                                  : Acc(0);
+            }
+            int64_t seq = p.offsets ? sequence_of(p, t0) : me.b;
 #pragma unroll
-                  for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
+            for (int i = 0; i < K; ++i) {
+              if (i < steps) {
+                const int64_t t = t0 + i;
+                if (p.offsets && i > 0) {
+                  while (seq + 1 < p.num_seqs && t >= p.seq_offset(seq + 1)) {
+                    ++seq;
+#pragma unroll
+                    for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
+                  }
                 }
+                const Acc dl = s_delta[me.channel * kPitch + i];
+                const Acc du = dl * s_u[me.channel * kPitch + i];
+                Acc y = 0;
+#pragma unroll
+                for (int j = 0; j < kStates; ++j) {
+                  const Acc Bt = p.B.variable ? s_B[i * s.states_per_tile + me.quad * kStates + j] : Bc[j];
+                  const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
+                  h_in[i][j] = h[j];
+                  h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + du * Bt;
+                  y += Ct * h[j];
+                }
+                s_ypart[threadIdx.x * kPitch + i] = y;
               }
+            }
+          }
+
+          // ---- 3. walk back ----
+#pragma unroll
+          for (int i = K - 1; i >= 0; --i) {
+            if (i < steps) {
+              bool ends, starts;
+              step_bounds(t0 + i, ends, starts);
               const Acc dl = s_delta[me.channel * kPitch + i];
-              const Acc du = dl * s_u[me.channel * kPitch + i];
-              Acc y = 0;
+              const Acc u = s_u[me.channel * kPitch + i];
+              const Acc dy = s_dy[me.channel * kPitch + i];
+              Acc ddelta_part = 0, du_part = 0;
+              ChannelReduction<Acc> red;
 #pragma unroll
               for (int j = 0; j < kStates; ++j) {
                 const Acc Bt = p.B.variable ? s_B[i * s.states_per_tile + me.quad * kStates + j] : Bc[j];
                 const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
-                h_in[i][j] = h[j];
-                h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + du * Bt;
-                y += Ct * h[j];
+                const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
+                const Acc hp = h_in[i][j];
+                const Acc l = lam[j] + Ct * dy;
+                const Acc dB = l * dl * u;
+                const Acc dC = dy * (a * hp + dl * u * Bt);
+                const Acc da = l * hp * a;
+                ddelta_part += l * Bt * u + da * Araw[j];
+                du_part += l * Bt * dl;
+                dA[j] += da * dl;
+                lam[j] = a * l;
+                red.v[j] = dB;
+                red.v[kStates + j] = dC;
+                if (!p.B.variable) dBc[j] += dB;
+                if (!p.C.variable) dCc[j] += dC;
               }
-              s_ypart[threadIdx.x * kPitch + i] = y;
-            }
-          }
-        }
-
-        // ---- 3. walk back ----
+              if (starts && gr.dinitial) {
 #pragma unroll
-        for (int i = K - 1; i >= 0; --i) {
-          if (i < steps) {
-            const int64_t t = t0 + i;
-            bool ends = t == p.len - 1, starts = t == 0;
-            if (p.offsets) {
-              while (seq_back > 0 && t < p.seq_offset(seq_back)) --seq_back;
-              ends = t + 1 == sequence_end(p, seq_back);
-              starts = t == p.seq_offset(seq_back);
-            }
-            if (ends) {
-#pragma unroll
-              for (int j = 0; j < kStates; ++j) lam[j] = state_at(dlast, seq_back, j);
-            }
-            const Acc dl = s_delta[me.channel * kPitch + i];
-            const Acc u = s_u[me.channel * kPitch + i];
-            const Acc dy = s_dy[me.channel * kPitch + i];
-            Acc ddelta_part = 0, du_part = 0;
-            ChannelReduction<Acc> red;
-#pragma unroll
-            for (int j = 0; j < kStates; ++j) {
-              const Acc Bt = p.B.variable ? s_B[i * s.states_per_tile + me.quad * kStates + j] : Bc[j];
-              const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
-              const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
-              const Acc hp = h_in[i][j];
-              const Acc l = lam[j] + Ct * dy;
-              const Acc dB = l * dl * u;
-              const Acc dC = dy * (a * hp + dl * u * Bt);
-              const Acc da = l * hp * a;
-              ddelta_part += l * Bt * u + da * Araw[j];
-              du_part += l * Bt * dl;
-              dA[j] += da * dl;
-              lam[j] = a * l;
-              red.v[j] = dB;
-              red.v[kStates + j] = dC;
-              if (!p.B.variable) dBc[j] += dB;
-              if (!p.C.variable) dCc[j] += dC;
-            }
-            if (starts && gr.dinitial) {
-#pragma unroll
-              for (int j = 0; j < kStates; ++j) {
-                if (has_state[j]) static_cast<Acc*>(gr.dinitial)[(seq_back * p.dim + me.d) * p.dstate + n0 + j] = lam[j];
+                for (int j = 0; j < kStates; ++j) {
+                  if (!has_state[j]) continue;
+                  static_cast<Acc*>(gr.dinitial)[(seq_back * p.dim + me.d) * p.dstate + n0 + j] = lam[j];
+                }
               }
-            }
-            s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
-            s_dupart[threadIdx.x * kPitch + i] = du_part;
-            if (variable_BC) {
-              red.run(s.threads_per_channel);
-              if (red.writer) {
-                Acc* row = s_red + (warp * K + i) * 2 * s.states_per_tile;
+              s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
+              s_dupart[threadIdx.x * kPitch + i] = du_part;
+              if (variable_BC) {
+                red.run(s.threads_per_channel);
+                if (red.writer) {
+                  Acc* row = s_red + (warp * K + i) * 2 * s.states_per_tile;
 #pragma unroll
-                for (int j = 0; j < 2 * kStates; ++j) {
-                  if (j >= red.count) break;
-                  const int entry = red.base + j;  // dB of state entry, or dC of state entry - kStates
-                  const int which = entry / kStates, state = me.quad * kStates + entry % kStates;
-                  row[which * s.states_per_tile + state] = red.v[j];
+                  for (int j = 0; j < 2 * kStates; ++j) {
+                    if (j >= red.count) break;
+                    const int entry = red.base + j;  // dB of state entry, or dC of state entry - kStates
+                    const int which = entry / kStates, state = me.quad * kStates + entry % kStates;
+                    row[which * s.states_per_tile + state] = red.v[j];
+                  }
                 }
               }
             }
           }
-        }
-        __syncthreads();
-
-        // ---- 4. finish ----
-        for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-          const ChunkItem it(idx, s.channels_per_block, K, time_fastest);
-          if (it.step >= steps || !me.has_channel(p, s, it.channel)) continue;
-          const int64_t d = d0 + it.channel, t = t0 + it.step;
-          const int at = it.channel * kPitch + it.step;
-          // The channel's parts, its threads in order (the same sums on every run).
-          Acc y = 0, du = 0, ddelta = 0;
-          for (int q = 0, part = it.channel * s.threads_per_channel * kPitch + it.step; q < s.threads_per_channel;
-               ++q, part += kPitch) {
-            y += s_ypart[part];
-            du += s_dupart[part];
-            ddelta += s_ddpart[part];
-          }
-          if (s.state_tiles > 1) {
-            const int64_t flat = (me.b * p.dim + d) * p.len + t;
-            Acc* ys = static_cast<Acc*>(s.y_scratch);
-            Acc* dus = static_cast<Acc*>(s.du_scratch);
-            Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
-            if (!first_tile) {
-              y += ys[flat];
-              du += dus[flat];
-              ddelta += dds[flat];
-            }
-            if (!last_tile) {
-              ys[flat] = y;
-              dus[flat] = du;
-              dds[flat] = ddelta;
-              continue;
-            }
-          }
-          const Acc u = s_u[at], dy = s_dy[at];
-          const Acc Dd = p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0);
-          const int64_t flat = (me.b * p.dim + d) * p.len + t;
-          if (p.z.data) {
-            const Acc z = load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t));
-            const Acc dout = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
-            static_cast<In*>(gr.dz)[flat] = static_cast<In>(dout * (y + Dd * u) * silu_grad(z));
-          }
-          const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
-          const Acc x = load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)) + bias;
-          const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : fast_sigmoid(x)) : ddelta;
-          static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
-          static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
-          // The terms of the per-channel sums below.
-          s_dD_terms[at] = dy * u;
-          s_dbias_terms[at] = draw;
-        }
-        if (variable_BC) {
-          const int n_items = 2 * K * s.states_per_tile;
-          for (int idx = threadIdx.x; idx < n_items; idx += blockDim.x) {
-            const int step = idx % K, entry = idx / K;  // entry = which * states_per_tile + state
-            const int which = entry / s.states_per_tile, state = entry % s.states_per_tile;
-            const StateInput& P = which == 0 ? p.B : p.C;
-            const int64_t ng = static_cast<int64_t>(tile) * s.states_per_tile + state;
-            if (!P.variable || step >= steps || ng >= p.dstate) continue;
-            Acc sum = 0;
-            for (int w = 0; w < kWarps; ++w) sum += s_red[(w * K + step) * 2 * s.states_per_tile + entry];
-            Acc* partial = static_cast<Acc*>(which == 0 ? gr.dB_partial : gr.dC_partial);
-            partial[(((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + ng) * p.len + t0 + step] = sum;
-          }
-        }
-        if (last_tile) {
           __syncthreads();
-          if (threadIdx.x < s.channels_per_block) {
-            for (int i = 0; i < steps; ++i) {  // in order: the same sums on every run
-              dD_sum += s_dD_terms[threadIdx.x * kPitch + i];
-              dbias_sum += s_dbias_terms[threadIdx.x * kPitch + i];
+
+          // ---- 4. finish ----
+          for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
+            const ChunkItem it(idx, s.channels_per_block, K, time_fastest);
+            if (it.step >= steps || !me.has_channel(p, s, it.channel)) continue;
+            const int64_t d = d0 + it.channel, t = t0 + it.step;
+            const int at = it.channel * kPitch + it.step;
+            // The channel's parts, its threads in order (the same sums on every run).
+            Acc y = 0, du = 0, ddelta = 0;
+            for (int q = 0, part = it.channel * s.threads_per_channel * kPitch + it.step; q < s.threads_per_channel;
+                 ++q, part += kPitch) {
+              y += s_ypart[part];
+              du += s_dupart[part];
+              ddelta += s_ddpart[part];
+            }
+            if (s.state_tiles > 1) {
+              const int64_t flat = (me.b * p.dim + d) * p.len + t;
+              Acc* ys = static_cast<Acc*>(s.y_scratch);
+              Acc* dus = static_cast<Acc*>(s.du_scratch);
+              Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
+              if (!first_tile) {
+                y += ys[flat];
+                du += dus[flat];
+                ddelta += dds[flat];
+              }
+              if (!last_tile) {
+                ys[flat] = y;
+                dus[flat] = du;
+                dds[flat] = ddelta;
+                continue;
+              }
+            }
+            const Acc u = s_u[at], dy = s_dy[at];
+            const Acc Dd = p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0);
+            const int64_t flat = (me.b * p.dim + d) * p.len + t;
+            if (p.z.data) {
+              const Acc z = load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t));
+              const Acc dout = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
+              static_cast<In*>(gr.dz)[flat] = static_cast<In>(dout * (y + Dd * u) * silu_grad(z));
+            }
+            const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
+            const Acc x = load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)) + bias;
+            const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : fast_sigmoid(x)) : ddelta;
+            static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
+            static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
+            // The terms of the per-channel sums below.
+            s_dD_terms[at] = dy * u;
+            s_dbias_terms[at] = draw;
+          }
+          if (variable_BC) {
+            const int n_items = 2 * K * s.states_per_tile;
+            for (int idx = threadIdx.x; idx < n_items; idx += blockDim.x) {
+              const int step = idx % K, entry = idx / K;  // entry = which * states_per_tile + state
+              const int which = entry / s.states_per_tile, state = entry % s.states_per_tile;
+              const StateInput& P = which == 0 ? p.B : p.C;
+              const int64_t ng = static_cast<int64_t>(tile) * s.states_per_tile + state;
+              if (!P.variable || step >= steps || ng >= p.dstate) continue;
+              Acc sum = 0;
+              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * K + step) * 2 * s.states_per_tile + entry];
+              Acc* partial = static_cast<Acc*>(which == 0 ? gr.dB_partial : gr.dC_partial);
+              const int64_t row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + ng;
+              partial[row * p.len + t0 + step] = sum;
+            }
+          }
+          if (last_tile) {
+            __syncthreads();
+            if (threadIdx.x < s.channels_per_block) {
+              for (int i = 0; i < steps; ++i) {  // in order: the same sums on every run
+                dD_sum += s_dD_terms[threadIdx.x * kPitch + i];
+                dbias_sum += s_dbias_terms[threadIdx.x * kPitch + i];
+              }
             }
           }
         }
       }
-      // ---- the tile's per-(batch, channel, state) sums ----
+      if constexpr (kSummary) {
 #pragma unroll
-      for (int j = 0; j < kStates; ++j) {
-        if (!has_state[j]) continue;
-        const int64_t at = (me.b * p.dim + me.d) * p.dstate + n0 + j;
-        static_cast<Acc*>(gr.dA_partial)[at] = dA[j];
-        if (!p.B.variable) static_cast<Acc*>(gr.dB_partial)[at] = dBc[j];
-        if (!p.C.variable) static_cast<Acc*>(gr.dC_partial)[at] = dCc[j];
+        for (int j = 0; j < kStates; ++j) {
+          if (!has_state[j]) continue;
+          static_cast<Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] = lam[j];
+          static_cast<Acc*>(s.segment_decay)[me.segment_at(p, n0 + j)] = decay[j];
+        }
+      } else {
+        // ---- the tile's per-(segment, batch, channel, state) sums ----
+#pragma unroll
+        for (int j = 0; j < kStates; ++j) {
+          if (!has_state[j]) continue;
+          const int64_t at = (me.partial_row(p) * p.dim + me.d) * p.dstate + n0 + j;
+          static_cast<Acc*>(gr.dA_partial)[at] = dA[j];
+          if (!p.B.variable) static_cast<Acc*>(gr.dB_partial)[at] = dBc[j];
+          if (!p.C.variable) static_cast<Acc*>(gr.dC_partial)[at] = dCc[j];
+        }
       }
     }
-    if (threadIdx.x < s.channels_per_block && me.has_channel(p, s, threadIdx.x)) {
+    if (!kSummary && threadIdx.x < s.channels_per_block && me.has_channel(p, s, threadIdx.x)) {
       const int64_t d = d0 + threadIdx.x;
-      if (gr.dD_partial) static_cast<Acc*>(gr.dD_partial)[me.b * p.dim + d] = dD_sum;
-      if (gr.ddelta_bias_partial) static_cast<Acc*>(gr.ddelta_bias_partial)[me.b * p.dim + d] = dbias_sum;
+      const int64_t row = me.partial_row(p) * p.dim + d;
+      if (gr.dD_partial) static_cast<Acc*>(gr.dD_partial)[row] = dD_sum;
+      if (gr.ddelta_bias_partial) static_cast<Acc*>(gr.ddelta_bias_partial)[row] = dbias_sum;
     }
   }
 }

@@ -21,7 +21,17 @@ struct SelectiveScanShape {
   int states_per_tile = kStates;  // threads_per_channel * states per thread
   int state_tiles = 1;            // > 1 only when N > 32 * states per thread
   int64_t blocks_per_group = 1;   // blocks over one group's channels
-  int64_t blocks = 1;             // batch * groups * blocks_per_group
+  int64_t channel_blocks = 1;     // batch * groups * blocks_per_group
+  int64_t blocks = 1;             // channel_blocks * segments
+  // Time segments, for rows too few to fill the GPU (long sequences, packed batches): every row
+  // is cut into `segments` runs of segment_len steps, each walked by its own blocks. A summary
+  // pass first gives every segment's end state from zero and the product of its gates (zero
+  // past a sequence start), a combine pass turns them into the state entering every segment
+  // (in place of segment_state), and the full pass starts each segment from it.
+  int64_t segments = 1;
+  int64_t segment_len = 0;        // a multiple of kSegmentAlign; the whole row when segments == 1
+  void* segment_state = nullptr;  // (segments, batch, dim, N), compute type
+  void* segment_decay = nullptr;  // the same
   // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
   void* y_scratch = nullptr;
   void* du_scratch = nullptr;
@@ -117,14 +127,23 @@ __device__ __forceinline__ void store_states(Acc* at, const Acc (&src)[S]) {
   }
 }
 
-// Where a thread sits: batch row, group, block of channels, its channel and its states.
+// Segments start at multiples of both kernels' chunks (and of the checkpoint spacing).
+constexpr int64_t kSegmentAlign = 64;
+
+// Where a thread sits: batch row, group, block of channels, its channel and its states, and
+// the time segment [t_begin, t_end) its block walks.
 struct ThreadPlace {
   int64_t b, group, block_in_group, d;
+  int64_t segment, t_begin, t_end;
   int channel;    // within the block
   int quad;       // which states of the tile (lane within the channel)
   bool active;    // the channel exists (the last block of a group may be partial)
 
-  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t block) {
+  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t block_id) {
+    segment = block_id / s.channel_blocks;
+    const int64_t block = block_id % s.channel_blocks;
+    t_begin = s.segments > 1 ? segment * s.segment_len : 0;
+    t_end = s.segments > 1 && t_begin + s.segment_len < p.len ? t_begin + s.segment_len : p.len;
     block_in_group = block % s.blocks_per_group;
     group = (block / s.blocks_per_group) % p.groups;
     b = block / (s.blocks_per_group * p.groups);
@@ -141,7 +160,33 @@ struct ThreadPlace {
   __device__ bool has_channel(const SelectiveScanParams& p, const SelectiveScanShape& s, int c) const {
     return block_in_group * s.channels_per_block + c < p.dim_per_group;
   }
+  // Index of state n of the thread's channel in a (segments, batch, dim, N) array.
+  __device__ int64_t segment_at(const SelectiveScanParams& p, int64_t n) const {
+    return ((segment * p.batch + b) * p.dim + d) * p.dstate + n;
+  }
+  // The row of the backward's per-task partial sums: (segments * batch) rows.
+  __device__ int64_t partial_row(const SelectiveScanParams& p) const { return segment * p.batch + b; }
 };
+
+// The combine pass of time segments: per (batch, channel, state), the state entering each
+// segment from the segments' summaries, carry_{k+1} = decay_k * carry_k + state_k from
+// carry_0 = 0 (from the last segment back when `reverse`: the backward's state gradient),
+// written over state_k. A decay of zero (a sequence starts inside the segment) drops the carry
+// even when it is not finite.
+template <class Acc>
+__global__ void combine_segments_kernel(Acc* state, const Acc* decay, int64_t segments, int64_t per_segment,
+                                        bool reverse) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < per_segment;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    Acc carry = 0;
+    for (int64_t k = 0; k < segments; ++k) {
+      const int64_t at = (reverse ? segments - 1 - k : k) * per_segment + i;
+      const Acc next = decay[at] == Acc(0) ? state[at] : decay[at] * carry + state[at];
+      state[at] = carry;
+      carry = next;
+    }
+  }
+}
 
 template <class In, class Acc>
 __device__ __forceinline__ Acc load_as(const void* base, int64_t at) {

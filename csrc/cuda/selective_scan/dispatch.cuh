@@ -22,15 +22,54 @@ void visit_selective_scan_types(at::ScalarType t, F&& f) {
   }
 }
 
-// Launches `kernel` with `smem` bytes of dynamic shared memory, over a grid-stride 1-D grid.
-template <class Kernel, class... Args>
-void launch_blocks(Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, size_t smem) {
   if (smem > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory, over a grid-stride 1-D grid.
+template <class Kernel, class... Args>
+void launch_blocks(Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
+  allow_shared_memory(kernel, smem);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
   kernel<<<grid, Policy::kThreads, smem, at::cuda::getCurrentCUDAStream()>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// How many blocks of `kernel` the GPU runs at once.
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, size_t smem) {
+  allow_shared_memory(kernel, smem);
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Policy::kThreads, smem));
+  return int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+}
+
+// With time segments (s.segments > 1): runs `summary`, the combine pass over its results, then
+// `full`; otherwise `full` alone. The segments' buffers live for the call (stream-ordered).
+template <class Acc, class Summary, class Full>
+void run_time_segments(SelectiveScanShape s, const SelectiveScanParams& p, bool reverse, Summary&& summary,
+                       Full&& full) {
+  at::Tensor buffers;
+  if (s.segments > 1) {
+    const int64_t per_segment = p.batch * p.dim * p.dstate;
+    const auto options = at::TensorOptions()
+                             .device(at::kCUDA, at::cuda::current_device())
+                             .dtype(c10::CppTypeToScalarType<Acc>::value);
+    buffers = at::empty({2, s.segments * per_segment}, options);
+    s.segment_state = buffers[0].data_ptr();
+    s.segment_decay = buffers[1].data_ptr();
+    summary(s);
+    const int threads = 256;
+    const auto grid = static_cast<unsigned>(std::min<int64_t>((per_segment + threads - 1) / threads, 1 << 20));
+    combine_segments_kernel<Acc><<<grid, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        static_cast<Acc*>(s.segment_state), static_cast<const Acc*>(s.segment_decay), s.segments, per_segment,
+        reverse);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  full(s);
 }
 
 }  // namespace parprims::cuda

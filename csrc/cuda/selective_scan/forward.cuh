@@ -14,6 +14,9 @@
 // addresses advance by a constant, and the float functions use the special-function unit.
 // The states entering every kSelectiveScanCheckpointEvery-th step are saved for the backward
 // when asked. Nothing of size (batch, dim, N, L) is ever written.
+// With time segments (common.cuh), the summary instance (kSummary) walks each segment from
+// zero without y, and writes the segment's end state and the product of its gates; the full
+// instance then starts each segment from the combined carry.
 #pragma once
 
 #include "common.cuh"
@@ -76,13 +79,14 @@ struct StridedWalk {
   __device__ int64_t at(int r) const { return base + r * round_stride; }
 };
 
-template <class In, class Acc, bool kVariableBC>
+template <class In, class Acc, bool kVariableBC, bool kSummary>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
   constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
   using Chunk = ForwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
-  const bool variable_B = kVariableBC || p.B.variable, variable_C = kVariableBC || p.C.variable;
+  const bool variable_B = kVariableBC || p.B.variable;
+  const bool variable_C = !kSummary && (kVariableBC || p.C.variable);  // the summary needs no y
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int channel_rows = s.channels_per_block * kPitch;
   auto* s_pair = reinterpret_cast<DeltaPair<Acc>*>(smem_raw);
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Acc* y_scratch = static_cast<Acc*>(s.y_scratch);
   const In* u_in = static_cast<const In*>(p.u.data);
   const In* delta_in = static_cast<const In*>(p.delta.data);
-  const In* z_in = static_cast<const In*>(p.z.data);
+  const In* z_in = kSummary ? nullptr : static_cast<const In*>(p.z.data);
   In* out = static_cast<In*>(const_cast<void*>(p.out.data));
   const Acc* D = static_cast<const Acc*>(p.D);
   const Acc* delta_bias = static_cast<const Acc*>(p.delta_bias);
@@ -121,6 +125,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       const int64_t tile_n0 = static_cast<int64_t>(tile) * s.states_per_tile;
       // ---- the thread's states: gates, constant B/C, initial values ----
       Acc A2[S], Bc[S], Cc[S], h[S];
+      Acc decay[S];  // the summary's product of the gates since the segment start or a restart
       bool has_state[S];
 #pragma unroll
       for (int j = 0; j < S; ++j) {
@@ -130,12 +135,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         Bc[j] = (has_state[j] && !variable_B) ? static_cast<const Acc*>(p.B.data)[p.B.offset(0, 0, me.d, n, 0)] : Acc(0);
         Cc[j] = (has_state[j] && !variable_C) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
       }
-      int64_t seq = p.offsets ? 0 : me.b;
+      // The sequence of the segment's first step (the first sequence at t = 0: empty ones
+      // there are ended below like any other).
+      int64_t seq = p.offsets ? (me.segment == 0 ? 0 : sequence_of(p, me.t_begin)) : me.b;
       int64_t seq_end = sequence_end(p, seq);
       auto load_initial = [&](int64_t k) {
 #pragma unroll
         for (int j = 0; j < S; ++j) {
           h[j] = (init && has_state[j]) ? init[(k * p.dim + me.d) * p.dstate + n0 + j] : Acc(0);
+          decay[j] = Acc(0);
         }
       };
       auto save_last = [&](int64_t k) {
@@ -160,12 +168,16 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       };
 
       // The thread's walks over the inputs, from chunk 0.
-      StridedWalk u_walk(p.u.offset(me.b, d0, 0), p.u.dim_stride, p.u.len_stride, items, K);
-      StridedWalk delta_walk(p.delta.offset(me.b, d0, 0), p.delta.dim_stride, p.delta.len_stride, items, K);
-      StridedWalk z_walk(p.z.offset(me.b, d0, 0), p.z.dim_stride, p.z.len_stride, items, K);
-      StridedWalk out_walk(p.out.offset(me.b, d0, 0), p.out.dim_stride, p.out.len_stride, items, K);
-      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, 0), p.B.state_stride, p.B.len_stride, B_items, K);
-      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, 0), p.C.state_stride, p.C.len_stride, C_items, K);
+      // The thread's walks over the inputs, from the segment's first chunk.
+      const int64_t t_begin = me.t_begin, t_end = me.t_end;
+      StridedWalk u_walk(p.u.offset(me.b, d0, t_begin), p.u.dim_stride, p.u.len_stride, items, K);
+      StridedWalk delta_walk(p.delta.offset(me.b, d0, t_begin), p.delta.dim_stride, p.delta.len_stride, items, K);
+      StridedWalk z_walk(p.z.offset(me.b, d0, t_begin), p.z.dim_stride, p.z.len_stride, items, K);
+      StridedWalk out_walk(p.out.offset(me.b, d0, t_begin), p.out.dim_stride, p.out.len_stride, items, K);
+      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_begin), p.B.state_stride, p.B.len_stride, B_items,
+                         K);
+      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_begin), p.C.state_stride, p.C.len_stride, C_items,
+                         K);
       auto item_real = [&](int r, int steps) {
         return items.column(r) < steps && me.has_channel(p, s, items.row(r));
       };
@@ -204,16 +216,34 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         for (int j = 0; j < S; ++j) {
           const Acc b = variable_B ? Bt[j] : Bc[j];
           const Acc c = variable_C ? Ct[j] : Cc[j];
-          h[j] = Gate<Acc>::exp_scaled(dd.delta * A2[j]) * h[j] + dd.delta_u * b;
-          y += c * h[j];
+          const Acc a = Gate<Acc>::exp_scaled(dd.delta * A2[j]);
+          h[j] = a * h[j] + dd.delta_u * b;
+          if constexpr (kSummary) {
+            decay[j] *= a;
+          } else {
+            y += c * h[j];
+          }
         }
-        s_ypart[threadIdx.x * kPitch + i] = y;
+        if constexpr (!kSummary) s_ypart[threadIdx.x * kPitch + i] = y;
       };
-      load_initial(seq);
-      fetch(static_cast<int>(p.len < K ? p.len : K));
+      // A segment that starts a row or a sequence starts from its initial state; the others
+      // from zero in the summary (their gates' product carries the carry) and from the
+      // combined carry in the full pass.
+      const bool starts_fresh = me.segment == 0 || (p.offsets && p.seq_offset(seq) == t_begin);
+      if (starts_fresh) {
+        load_initial(seq);
+      } else {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          const Acc* carry = static_cast<const Acc*>(s.segment_state);
+          h[j] = (!kSummary && has_state[j]) ? carry[me.segment_at(p, n0 + j)] : Acc(0);
+          decay[j] = Acc(1);
+        }
+      }
+      fetch(static_cast<int>(t_end - t_begin < K ? t_end - t_begin : K));
 
-      for (int64_t c0 = 0; c0 < p.len; c0 += K) {
-        const int steps = static_cast<int>(p.len - c0 < K ? p.len - c0 : K);
+      for (int64_t c0 = t_begin; c0 < t_end; c0 += K) {
+        const int steps = static_cast<int>(t_end - c0 < K ? t_end - c0 : K);
         __syncthreads();  // the previous chunk's finish has read the shared arrays
         // ---- 1. stage ----
         auto stage_item = [&](int r, Acc u, Acc delta, Acc z) {
@@ -250,7 +280,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         __syncthreads();
         // The next chunk's loads are in flight while this one's steps run.
         advance_walks();
-        if (c0 + K < p.len) fetch(static_cast<int>(p.len - c0 - K < K ? p.len - c0 - K : K));
+        if (c0 + K < t_end) fetch(static_cast<int>(t_end - c0 - K < K ? t_end - c0 - K : K));
 
         // ---- 2. steps, kSub at a time ----
         for (int i0 = 0; i0 < steps; i0 += kSub) {
@@ -258,7 +288,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           // Fast path: a whole interval with no sequence start inside it.
           const bool whole = i0 + kSub <= steps && (!p.offsets || seq + 1 >= p.num_seqs || seq_end >= t0 + kSub);
           if (whole) {
-            if (p.checkpoints) save_checkpoint(t0);
+            if (!kSummary && p.checkpoints) save_checkpoint(t0);
 #pragma unroll
             for (int i = 0; i < kSub; ++i) step(i0 + i);
           } else {
@@ -266,15 +296,16 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             for (int i = i0; i < i_end; ++i) {
               const int64_t t = c0 + i;
               while (p.offsets && seq + 1 < p.num_seqs && t >= seq_end) {  // a sequence ends: save, restart
-                save_last(seq);
+                if (!kSummary) save_last(seq);
                 seq_end = sequence_end(p, ++seq);
                 load_initial(seq);
               }
-              if (p.checkpoints && i == i0) save_checkpoint(t);
+              if (!kSummary && p.checkpoints && i == i0) save_checkpoint(t);
               step(i);
             }
           }
         }
+        if constexpr (kSummary) continue;  // no y: the next staging's barrier suffices
         __syncthreads();
 
         // ---- 3. finish: out = (y + D u) silu(z), or y's partial sum into the scratch ----
@@ -297,11 +328,28 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         }
         out_walk.base += out_walk.chunk_stride;
       }
-      // The last sequence's state, then empty sequences after it keep their initial state.
-      const int64_t last_seq = p.offsets ? p.num_seqs - 1 : me.b;
-      for (; seq <= last_seq; ++seq) {
-        save_last(seq);
-        if (seq < last_seq) load_initial(seq + 1);
+      if constexpr (kSummary) {
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+          if (!has_state[j]) continue;
+          static_cast<Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] = h[j];
+          static_cast<Acc*>(s.segment_decay)[me.segment_at(p, n0 + j)] = decay[j];
+        }
+      } else if (t_end < p.len) {
+        // A segment before the last: the sequences that end at its end (empty ones
+        // included); the next segment starts with the sequence after them.
+        while (p.offsets && seq + 1 < p.num_seqs && seq_end <= t_end) {
+          save_last(seq);
+          seq_end = sequence_end(p, ++seq);
+          load_initial(seq);
+        }
+      } else {
+        // The last sequence's state, then empty sequences after it keep their initial state.
+        const int64_t last_seq = p.offsets ? p.num_seqs - 1 : me.b;
+        for (; seq <= last_seq; ++seq) {
+          save_last(seq);
+          if (seq < last_seq) load_initial(seq + 1);
+        }
       }
     }
   }

@@ -9,10 +9,17 @@
 
 namespace parprims::cuda {
 
-// The launch shape for a problem (threads per channel from N and the states each thread
-// holds: Policy::kForwardStatesPerThread for the forward, kStatesPerThread for the backward;
-// blocks over channels).
-SelectiveScanShape selective_scan_shape(const SelectiveScanParams& p, int states_per_thread);
+// The launch shape of the forward (backward) for a problem: threads per channel from N and
+// the states each thread holds (Policy::kForwardStatesPerThread, kStatesPerThread), blocks
+// over channels, and time segments when those blocks alone would leave most of the GPU idle
+// (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring).
+SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype);
+SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype);
+
+// The shape over channels alone, and the time segments added to it for `resident` blocks
+// running at once (selective_scan_forward.cu).
+SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread);
+void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int64_t resident);
 
 // `input_dtype` is u's dtype; the scratch accumulators of `shape` must be set when
 // shape.state_tiles > 1.
