@@ -140,10 +140,9 @@ torch.library.register_fake("parprims::_matrix_affine_scan_exclusive")(_matrix_f
 # ---- autograd -------------------------------------------------------------------------------
 
 
-# Devices on which affine_scan's backward is the one-scan kernel (_affine_scan_backward).
-# The kernel is built for CUDA too but has not run on a GPU yet; until
-# test_one_scan_backward_matches_reference has passed there, CUDA keeps the composed backward.
-_ONE_SCAN_BACKWARD_DEVICES = ("cpu",)
+# Devices on which affine_scan's backward is the one-scan kernel (_affine_scan_backward);
+# packed sequences keep the composed backward everywhere.
+_ONE_SCAN_BACKWARD_DEVICES = ("cpu", "cuda")
 
 
 def _one_scan_backward(b, offsets):
