@@ -7,8 +7,8 @@
 #   build   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation --no-deps -e .
 #           (falls back to `python3 setup.py build_ext --inplace`)          -> $OUT/build.log
 #   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "$TEST_MARKERS" (default "not slow") -> $OUT/pytest_cuda.log
-#   sanitizer  compute-sanitizer memcheck, then racecheck, over a quick subset of the CUDA tests
-#           (SANITIZER_TESTS, a pytest -k expression in SANITIZER_K)      -> $OUT/sanitizer.log
+#   sanitizer  compute-sanitizer memcheck, then racecheck, over benchmarks/sanitizer_cases.py
+#           (small calls of every kernel family)                          -> $OUT/sanitizer.log
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
 #           the bench rows check every baseline's output anyway)
 #   bench   bench_scan, bench_affine_scan, bench_selective_scan, bench_compact, bench_reduce and bench_histogram (BENCH_SCRIPTS)
@@ -132,15 +132,13 @@ fi
 SANITIZER_STATUS="not run"
 if has_stage sanitizer; then
   echo "== sanitizer (log: $OUT/sanitizer.log)"
-  # Small shapes of every scan kernel (row-loop, flat, column) and the affine backward.
-  tests="${SANITIZER_TESTS:-tests/test_scan.py tests/test_affine_scan.py tests/test_segmented_scan.py}"
-  k="${SANITIZER_K:-(matches_reference and not slow and (300x or 3x33)) or (segmented_scan_matches and random and float32) or (one_scan_backward and dtype0 and (row_loop or small))}"
+  # Small calls of every kernel family (benchmarks/sanitizer_cases.py): the pytest suite is too
+  # slow under the sanitizer, as its references loop over time on the device.
   SANITIZER_STATUS=""
   for tool in memcheck racecheck; do
     ts=$(date +%s)
-    # shellcheck disable=SC2086
-    PARPRIMS_TEST_DEVICES=cuda timeout "$(limit "${SANITIZER_TIMEOUT:-150}")" compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider $tests -k "$k" >>"$OUT/sanitizer.log" 2>&1
+    timeout "$(limit "${SANITIZER_TIMEOUT:-150}")" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 benchmarks/sanitizer_cases.py >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     SANITIZER_STATUS="$SANITIZER_STATUS $tool rc=$rc ($(($(date +%s) - ts)) s);"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1

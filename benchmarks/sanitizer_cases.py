@@ -1,0 +1,70 @@
+"""Small calls of every CUDA kernel family, for compute-sanitizer (memcheck, racecheck).
+
+    compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitizer_cases.py
+
+The pytest suite is too slow under the sanitizer (its references loop over time on the device),
+so this script runs the kernels alone: the row-loop, flat and column scan kernels, the affine
+scan forward and its one-scan backward, segmented scans, and the selective scan forward and
+backward with time segments (packed sequences that end at segment ends, dense rows, bfloat16,
+several state tiles). It checks nothing but that every call completes; the tests check values.
+"""
+import argparse
+
+import torch
+
+import torch_parprims as pp
+
+
+def scans(dev):
+    for rows, n in ((300, 2100), (270, 1030), (3, 33)):  # row-loop kernel, then the flat kernel
+        a = (torch.rand(rows, n, device=dev) * 0.5 + 0.5).requires_grad_()
+        b = torch.randn(rows, n, device=dev, requires_grad=True)
+        h0 = torch.randn(rows, device=dev, requires_grad=True)
+        for rev in (False, True):
+            h, f = pp.affine_scan(a, b, -1, h0, reverse=rev)
+            (h.square().sum() + f.sum()).backward()  # the one-scan backward
+            pp.scan(b.detach(), -1, "add", reverse=rev, exclusive=True)
+            pp.scan(b.detach().bfloat16(), -1, "max", reverse=rev)
+    x = torch.randn(4096, 64, device=dev)  # the column kernel (time strided)
+    pp.scan(x, 0, "add")
+    offsets = torch.tensor([0, 5, 5, 1000, 4096], device=dev)
+    pp.segmented_scan(x, offsets, 0, "logaddexp")
+    pp.affine_scan(torch.rand(4096, 64, device=dev), x, 0, cu_seqlens=offsets)
+
+
+def selective(dev, b, d, L, n, dtype, lengths=None, const=False):
+    u = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
+    delta = (torch.rand(b, d, L, device=dev) * 0.2).to(dtype).requires_grad_()
+    A = (-torch.rand(d, n, device=dev) - 0.1).requires_grad_()
+    shape, bc_dtype = ((d, n), torch.float32) if const else ((b, n, L), dtype)
+    B = torch.randn(shape, device=dev, dtype=bc_dtype, requires_grad=True)
+    C = torch.randn(shape, device=dev, dtype=bc_dtype, requires_grad=True)
+    D = torch.randn(d, device=dev, requires_grad=True)
+    z = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
+    bias = torch.randn(d, device=dev, requires_grad=True)
+    cu, states = None, b
+    if lengths is not None:
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=dev, dtype=torch.int32)
+        states = len(lengths)
+    h0 = torch.randn(states, d, n, device=dev, requires_grad=True)
+    out, last = pp.selective_scan(u, delta, A, B, C, D, z, bias, True, initial_state=h0, cu_seqlens=cu)
+    (out.float().square().sum() + last.sum()).backward()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    dev = p.parse_args().device
+    torch.manual_seed(0)
+    scans(dev)
+    selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0))
+    selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
+    selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))
+    selective(dev, 1, 8, 1536, 80, torch.float32)  # two state tiles
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    print("sanitizer cases: every call completed")
+
+
+if __name__ == "__main__":
+    main()
