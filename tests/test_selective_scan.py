@@ -289,6 +289,24 @@ def test_selective_scan_gradcheck(s, device):
     assert torch.autograd.gradcheck(fn, [x.detach().requires_grad_() for x in inputs])
 
 
+@pytest.mark.parametrize("batch,dim", ((0, 3), (2, 0)))
+def test_no_rows_or_no_channels(batch, dim, device):
+    # Long enough that rows with channels would be cut into time segments on a GPU.
+    s = SSSample(batch, dim, 2048, 4, "var", D=True, z=True, delta_bias=True, softplus=True, init=True)
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    assert out.shape == (batch, dim, 2048) and last.shape == (batch, dim, 4)
+    grads = torch.autograd.grad((out, last), inputs, (torch.ones_like(out), torch.ones_like(last)),
+                                allow_unused=True)
+    for g, x, name in zip(grads, inputs, names):
+        assert g is not None and g.shape == x.shape, name
+        if name in ("A", "D", "delta_bias"):  # sums over no rows (or of no channels)
+            assert (g == 0).all(), name
+
+
 @pytest.mark.parametrize("packed", (False, True))
 def test_gradient_through_last_state_only(packed, device):
     s = SSSample(2, 3, EVERY + 5, 2, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,

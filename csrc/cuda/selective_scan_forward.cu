@@ -42,6 +42,7 @@ bool time_segments_disabled() {
 // once, and segments of equal length end together); none when the channel blocks alone fill
 // half of it.
 void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int64_t resident) {
+  if (s.channel_blocks == 0 || p.len < 2 * kMinSegmentLen) return;  // no rows, or rows too short
   const int64_t wanted = resident / s.channel_blocks;
   const int64_t most = p.len / kMinSegmentLen;
   const int64_t segments = wanted < most ? wanted : most;
