@@ -385,12 +385,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
       }
       if constexpr (kSummary) {
-#pragma unroll
-        for (int j = 0; j < kStates; ++j) {
-          if (!has_state[j]) continue;
-          static_cast<Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] = lam[j];
-          static_cast<Acc*>(s.segment_decay)[me.segment_at(p, n0 + j)] = decay[j];
-        }
+        store_segment_summary(p, s, me, n0, has_state, lam, decay);
       } else {
         // ---- the tile's per-(segment, batch, channel, state) sums ----
 #pragma unroll

@@ -168,6 +168,20 @@ struct ThreadPlace {
   __device__ int64_t partial_row(const SelectiveScanParams& p) const { return segment * p.batch + b; }
 };
 
+// A summary pass's result for the thread's S states from n0: the state (or state gradient) and
+// the product of the gates over its segment.
+template <class Acc, int S>
+__device__ __forceinline__ void store_segment_summary(const SelectiveScanParams& p, const SelectiveScanShape& s,
+                                                      const ThreadPlace& me, int64_t n0, const bool (&has_state)[S],
+                                                      const Acc (&state)[S], const Acc (&decay)[S]) {
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+    if (!has_state[j]) continue;
+    static_cast<Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] = state[j];
+    static_cast<Acc*>(s.segment_decay)[me.segment_at(p, n0 + j)] = decay[j];
+  }
+}
+
 // The combine pass of time segments: per (batch, channel, state), the state entering each
 // segment from the segments' summaries, carry_{k+1} = decay_k * carry_k + state_k from
 // carry_0 = 0 (from the last segment back when `reverse`: the backward's state gradient),

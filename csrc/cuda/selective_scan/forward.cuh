@@ -329,12 +329,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         out_walk.base += out_walk.chunk_stride;
       }
       if constexpr (kSummary) {
-#pragma unroll
-        for (int j = 0; j < S; ++j) {
-          if (!has_state[j]) continue;
-          static_cast<Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] = h[j];
-          static_cast<Acc*>(s.segment_decay)[me.segment_at(p, n0 + j)] = decay[j];
-        }
+        store_segment_summary(p, s, me, n0, has_state, h, decay);
       } else if (t_end < p.len) {
         // A segment before the last: the sequences that end at its end (empty ones
         // included); the next segment starts with the sequence after them.
