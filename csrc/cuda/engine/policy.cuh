@@ -79,6 +79,7 @@ struct SelectiveScanPolicy {
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on
   // the previous chunk (the rest, only for N <= 8 or N > 32, load when the chunk is staged).
   static constexpr int kPrefetchRounds = 4;
+  static constexpr int kBackwardPrefetchRounds = 2;  // the backward's chunk is half as long
   // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
   // the forward 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in
   // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 4

@@ -1,7 +1,10 @@
 // The fused selective-scan backward: a thread holds kStates states of one channel, as in the
 // forward (with its own states per thread, Policy::kStatesPerThread). The block
 // walks its rows' time backwards in chunks of K = kSelectiveScanCheckpointEvery steps:
-//   1. stage: delta (after bias and softplus), u, dy = dout * silu(z), variable B and C;
+//   1. stage: the chunk's inputs, loaded into registers while the block worked on the chunk
+//      after it, go to shared memory once per (channel, step): delta (after bias and softplus),
+//      u, dy = dout * silu(z), the factors of dz and d(delta) the finish needs (so that it reads
+//      no input again), variable B and C;
 //   2. recompute: from the checkpoint saved by the forward, each thread runs its states over
 //      the chunk again, keeping the state entering each step in registers, and its part of y;
 //   3. walk back: the reverse affine recurrence of the state gradient
@@ -9,6 +12,8 @@
 //      the end), with every input's gradient term at each step;
 //   4. finish: du, d(delta), dz; per-channel sums for D and delta_bias; the block's partial
 //      sums of variable dB and dC, reduced over its channels in a fixed order.
+// A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
+// steps 2 and 3 without per-step sequence checks; the others check every step.
 // No floating-point atomics: every partial sum has one writer, and the host adds partials in
 // a fixed order, so gradients are bitwise reproducible.
 // With time segments (common.cuh), the summary instance (kSummary) walks each segment back
@@ -28,15 +33,17 @@ struct BackwardChunk {
   static constexpr int kPitch = K + 1;
   static constexpr int kWarps = Policy::kThreads / 32;
 
-  // In Acc: delta, u, dy and the finish's per-channel sum terms (2) by [channel][step]; the threads' parts of y, du and
-  // d(delta) by [part][thread][step] (summed over a channel's threads in the finish, not with
-  // shuffles at every step); B, C by [step][state]; the warps' dB/dC sums by
-  // [warp][step][2 * state].
+  // In Acc: delta, u, dy, the finish's factors of dz and d(delta) and its per-channel sum
+  // terms (2) by [channel][step]; the threads' parts of y, du and d(delta) by [part][thread][step]
+  // (summed over a channel's threads in the finish, not with shuffles at every step); B, C by
+  // [state][step]; the warps' dB/dC sums by [warp][2 * state][step]. Rows by step, so that a
+  // step's address is a thread's base plus a constant.
+  static constexpr int kChannelArrays = 7;
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t per_channel = 5 * static_cast<size_t>(s.channels_per_block) * kPitch + 3 * Policy::kThreads * kPitch;
-    const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * 2;
-    const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * K * 2 * s.states_per_tile : 0;
-    (void)variable_B;
+    const size_t per_channel =
+        kChannelArrays * static_cast<size_t>(s.channels_per_block) * kPitch + 3 * Policy::kThreads * kPitch;
+    const size_t per_state = static_cast<size_t>(s.states_per_tile) * kPitch * 2;
+    const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * 2 * s.states_per_tile * kPitch : 0;
     return (per_channel + per_state + reduced) * sizeof(Acc);
   }
 };
@@ -90,28 +97,42 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
   using Chunk = BackwardChunk<In, Acc>;
-  constexpr int K = Chunk::K, kPitch = Chunk::kPitch, kWarps = Chunk::kWarps;
+  constexpr int K = Chunk::K, kPitch = Chunk::kPitch, kWarps = Chunk::kWarps, R = Policy::kBackwardPrefetchRounds;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int pc = s.channels_per_block * kPitch;
   Acc* s_delta = reinterpret_cast<Acc*>(smem_raw);
   Acc* s_u = s_delta + pc;
-  Acc* s_dy = s_u + pc;
-  Acc* s_dD_terms = s_dy + pc;  // the finish's terms of the D and delta_bias sums
+  Acc* s_dy = s_u + pc;                // dout * silu(z)
+  Acc* s_dz_factor = s_dy + pc;        // dout * silu'(z): dz = this * (y + D u)
+  Acc* s_ddelta_factor = s_dz_factor + pc;  // d(delta) / d(raw delta)
+  Acc* s_dD_terms = s_ddelta_factor + pc;   // the finish's terms of the D and delta_bias sums
   Acc* s_dbias_terms = s_dD_terms + pc;
   Acc* s_ypart = s_dbias_terms + pc;  // [thread][step]
   Acc* s_dupart = s_ypart + Policy::kThreads * kPitch;
   Acc* s_ddpart = s_dupart + Policy::kThreads * kPitch;
   Acc* s_B = s_ddpart + Policy::kThreads * kPitch;
-  Acc* s_C = s_B + K * s.states_per_tile;
-  Acc* s_red = s_C + K * s.states_per_tile;  // [warp][step][2 * states_per_tile]
+  Acc* s_C = s_B + s.states_per_tile * kPitch;
+  Acc* s_red = s_C + s.states_per_tile * kPitch;  // [warp][2 * states_per_tile][step]
+  const bool variable_B = !kSummary && p.B.variable;  // the summary's state gradient needs no B
+  const bool variable_C = p.C.variable;
   const bool variable_BC = p.B.variable || p.C.variable;
-  const bool time_fastest = p.u.len_stride == 1;
-  const int items = s.channels_per_block * K;
   const int warp = threadIdx.x >> 5;
   const Acc* A = static_cast<const Acc*>(p.A);
+  const Acc* D = static_cast<const Acc*>(p.D);
+  const Acc* delta_bias = static_cast<const Acc*>(p.delta_bias);
   const Acc* init = static_cast<const Acc*>(p.initial_state);
   const Acc* dlast = static_cast<const Acc*>(gr.dlast_state);
   const Acc* checkpoints = static_cast<const Acc*>(p.checkpoints);
+  const In* u_in = static_cast<const In*>(p.u.data);
+  const In* delta_in = static_cast<const In*>(p.delta.data);
+  const In* z_in = static_cast<const In*>(p.z.data);
+  const In* dout_in = static_cast<const In*>(gr.dout.data);
+  // A thread's items of every chunk, as in the forward: (channel, step), time fastest when u is
+  // contiguous in time; (state, step) of B and C, states fastest.
+  const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
+  const ItemWalk state_items(s.states_per_tile, K, false);
+  // A chunk's loads, held in registers while the block works on the chunk after it in time.
+  Acc next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[R], next_C[R];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
@@ -120,7 +141,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
     Acc dD_sum = 0, dbias_sum = 0;
     for (int tile = 0; tile < s.state_tiles; ++tile) {
       const bool first_tile = tile == 0, last_tile = tile + 1 == s.state_tiles;
-      const int64_t n0 = static_cast<int64_t>(tile) * s.states_per_tile + me.quad * kStates;
+      const int state0 = me.quad * kStates;  // the thread's first state within the tile
+      const int64_t tile_n0 = static_cast<int64_t>(tile) * s.states_per_tile;
+      const int64_t n0 = tile_n0 + state0;
       Acc Araw[kStates], A2[kStates], Bc[kStates], Cc[kStates];
       Acc lam[kStates], dA[kStates], dBc[kStates], dCc[kStates];
       Acc decay[kStates];  // the summary's product of the gates since the segment end or a sequence end
@@ -143,10 +166,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       auto state_at = [&](const Acc* base, int64_t k, int j) {
         return (base && has_state[j]) ? base[(k * p.dim + me.d) * p.dstate + n0 + j] : Acc(0);
       };
+      // The steps walked: the segment; for the summary of a segment with packed sequences, up to
+      // the chunk of the end of the sequence holding its first step.
+      const int64_t t_end = kSummary ? backward_summary_end(p, me, K) : me.t_end;
       // Walking back, the sequence of the current step.
-      int64_t seq_back = p.offsets ? sequence_of(p, me.t_end - 1) : me.b;
+      int64_t seq_back = p.offsets ? sequence_of(p, t_end - 1) : me.b;
       // Whether step t ends (starts) its sequence; at an end the walk restarts from the
-      // sequence's last-state gradient.
+      // sequence's last-state gradient. Calling it twice for one step changes nothing.
       auto step_bounds = [&](int64_t t, bool& ends, bool& starts) {
         ends = t == p.len - 1, starts = t == 0;
         if (p.offsets) {
@@ -162,57 +188,168 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           }
         }
       };
-
-      for (int64_t c = (me.t_end - 1) / K; c >= me.t_begin / K; --c) {
-        const int64_t t0 = c * K;
-        const int steps = static_cast<int>(p.len - t0 < K ? p.len - t0 : K);
-        __syncthreads();
-        // ---- 1. stage ----
-        for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-          const ChunkItem it(idx, s.channels_per_block, K, time_fastest);
-          Acc dl = 0, u = 0, dy = 0;
-          if (it.step < steps && me.has_channel(p, s, it.channel)) {
-            const int64_t d = d0 + it.channel, t = t0 + it.step;
-            const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
-            dl = fast_processed_delta(load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)), bias, p.delta_softplus);
-            if (!kSummary) u = load_as<In, Acc>(p.u.data, p.u.offset(me.b, d, t));
-            dy = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
-            if (p.z.data) dy *= fast_silu(load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t)));
-          }
-          s_delta[it.channel * kPitch + it.step] = dl;
-          s_u[it.channel * kPitch + it.step] = u;
-          s_dy[it.channel * kPitch + it.step] = dy;
+      auto store_dinitial = [&] {
+#pragma unroll
+        for (int j = 0; j < kStates; ++j) {
+          if (has_state[j]) static_cast<Acc*>(gr.dinitial)[(seq_back * p.dim + me.d) * p.dstate + n0 + j] = lam[j];
         }
-        auto stage_states = [&](const StateInput& P, Acc* dst) {
-          const int n_items = K * s.states_per_tile;
-          const bool t_fast = P.len_stride == 1;
-          for (int idx = threadIdx.x; idx < n_items; idx += blockDim.x) {
-            const int step = t_fast ? idx % K : idx / s.states_per_tile;
-            const int n = t_fast ? idx / K : idx % s.states_per_tile;
-            const int64_t ng = static_cast<int64_t>(tile) * s.states_per_tile + n;
-            dst[step * s.states_per_tile + n] =
-                (step < steps && ng < p.dstate) ? load_as<In, Acc>(P.data, P.offset(me.b, me.group, 0, ng, t0 + step))
-                                                : Acc(0);
-          }
-        };
-        if (p.B.variable && !kSummary) stage_states(p.B, s_B);
-        if (p.C.variable) stage_states(p.C, s_C);
+      };
+
+      // The thread's walks over the inputs and the gradients, from the last chunk walked back.
+      const int64_t c_first = me.t_begin / K, c_last = (t_end - 1) / K;
+      const int64_t t_last = c_last * K;
+      auto steps_of = [&](int64_t c) { return static_cast<int>(p.len - c * K < K ? p.len - c * K : K); };
+      StridedWalk u_walk(p.u.offset(me.b, d0, t_last), p.u.dim_stride, p.u.len_stride, items, -K);
+      StridedWalk delta_walk(p.delta.offset(me.b, d0, t_last), p.delta.dim_stride, p.delta.len_stride, items, -K);
+      StridedWalk z_walk(p.z.offset(me.b, d0, t_last), p.z.dim_stride, p.z.len_stride, items, -K);
+      StridedWalk dout_walk(gr.dout.offset(me.b, d0, t_last), gr.dout.dim_stride, gr.dout.len_stride, items, -K);
+      StridedWalk grad_walk((me.b * p.dim + d0) * p.len + t_last, p.len, 1, items, -K);  // contiguous gradients
+      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_last), p.B.state_stride, p.B.len_stride,
+                         state_items, -K);
+      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_last), p.C.state_stride, p.C.len_stride,
+                         state_items, -K);
+      // An item inside the chunk's (channel, step) grid, and one that is a real element.
+      auto in_grid = [&](int r) { return items.row(r) < s.channels_per_block && items.column(r) < K; };
+      auto item_real = [&](int r, int steps) {
+        return items.row(r) < s.channels_per_block && items.column(r) < steps && me.has_channel(p, s, items.row(r));
+      };
+      auto load_inputs = [&](int r, int steps, Acc& u, Acc& delta, Acc& z, Acc& dout) {
+        const bool real = item_real(r, steps);
+        u = (real && !kSummary) ? static_cast<Acc>(u_in[u_walk.at(r)]) : Acc(0);
+        delta = real ? static_cast<Acc>(delta_in[delta_walk.at(r)]) : Acc(0);
+        z = (real && z_in) ? static_cast<Acc>(z_in[z_walk.at(r)]) : Acc(0);
+        dout = real ? static_cast<Acc>(dout_in[dout_walk.at(r)]) : Acc(0);
+      };
+      auto load_state = [&](const StateInput& P, const StridedWalk& walk, int r, int steps) {
+        const bool real = state_items.column(r) < steps && tile_n0 + state_items.row(r) < p.dstate;
+        return real ? static_cast<Acc>(static_cast<const In*>(P.data)[walk.at(r)]) : Acc(0);
+      };
+      // Issues the loads of the chunk the walks point at into the registers.
+      auto fetch = [&](int steps) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < items.rounds) load_inputs(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+          if (variable_B && r < state_items.rounds) next_B[r] = load_state(p.B, B_walk, r, steps);
+          if (variable_C && r < state_items.rounds) next_C[r] = load_state(p.C, C_walk, r, steps);
+        }
+      };
+      auto advance_walks = [&] {
+        for (StridedWalk* w : {&u_walk, &delta_walk, &z_walk, &dout_walk, &B_walk, &C_walk}) w->base += w->chunk_stride;
+      };
+      // Stages one item: everything the steps and the finish need of it, so that the finish
+      // reads no input again.
+      auto stage_item = [&](int r, int steps, Acc u, Acc delta, Acc z, Acc dout) {
+        if (!in_grid(r)) return;
+        const bool real = item_real(r, steps);
+        const int at = items.row(r) * kPitch + items.column(r);
+        const Acc bias = (real && delta_bias) ? delta_bias[d0 + items.row(r)] : Acc(0);
+        Acc dl, ddelta_factor;
+        fast_processed_delta_and_grad(delta, bias, p.delta_softplus, dl, ddelta_factor);
+        Acc dy = dout, dz_factor = Acc(0);
+        if (z_in) {
+          const Acc sig = fast_sigmoid(z);
+          dy = dout * z * sig;
+          dz_factor = dout * sig * (Acc(1) + z * (Acc(1) - sig));
+        }
+        s_delta[at] = real ? dl : Acc(0);
+        s_dy[at] = dy;
+        if constexpr (!kSummary) {
+          s_u[at] = u;
+          s_dz_factor[at] = dz_factor;
+          s_ddelta_factor[at] = ddelta_factor;
+        }
+      };
+      auto stage_state = [&](Acc* dst, int r, Acc v) {
+        if (state_items.column(r) < K) dst[state_items.row(r) * kPitch + state_items.column(r)] = v;
+      };
+      auto stage = [&](int steps) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r < items.rounds) stage_item(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+          if (variable_B && r < state_items.rounds) stage_state(s_B, r, next_B[r]);
+          if (variable_C && r < state_items.rounds) stage_state(s_C, r, next_C[r]);
+        }
+        // Rounds beyond the registers (N <= 8, or N > 32) load now.
+        for (int r = R; r < items.rounds; ++r) {
+          Acc u, delta, z, dout;
+          load_inputs(r, steps, u, delta, z, dout);
+          stage_item(r, steps, u, delta, z, dout);
+        }
+        for (int r = R; variable_B && r < state_items.rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
+        for (int r = R; variable_C && r < state_items.rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
+      };
+      // The step's B and C for the thread's states.
+      const Acc* B_row = s_B + state0 * kPitch;
+      const Acc* C_row = s_C + state0 * kPitch;
+      auto states_at = [&](int i, Acc (&Bt)[kStates], Acc (&Ct)[kStates]) {
+#pragma unroll
+        for (int j = 0; j < kStates; ++j) {
+          Bt[j] = variable_B ? B_row[j * kPitch + i] : Bc[j];
+          Ct[j] = variable_C ? C_row[j * kPitch + i] : Cc[j];
+        }
+      };
+      // The rows of the block's partial sums of variable dB and dC for the tile's first state:
+      // (channel_blocks per group, batch, G, N, L).
+      const int64_t partial_row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + tile_n0;
+      Acc* dB_rows = p.B.variable ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
+      Acc* dC_rows = p.C.variable ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
+      // Where this lane stores the channel sums of dB and dC a step's reduction leaves it (the
+      // same places every step, found by one reduction of zeros).
+      ChannelReduction<Acc> sums_layout;
+      int red_row[2 * kStates];
+      if (variable_BC) {
+#pragma unroll
+        for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
+        sums_layout.run(s.threads_per_channel);
+#pragma unroll
+        for (int j = 0; j < 2 * kStates; ++j) {
+          const int entry = sums_layout.base + j;  // dB of state entry, or dC of state entry - kStates
+          const int which = entry / kStates, state = state0 + entry % kStates;
+          red_row[j] = ((warp * 2 + which) * s.states_per_tile + state) * kPitch;
+        }
+      }
+
+      fetch(steps_of(c_last));
+      for (int64_t c = c_last; c >= c_first; --c) {
+        const int64_t t0 = c * K;
+        const int steps = steps_of(c);
+        __syncthreads();  // the previous chunk's finish has read the shared arrays
+        // ---- 1. stage ----
+        stage(steps);
         __syncthreads();
+        // The previous chunk's loads are in flight while this one's steps run.
+        advance_walks();
+        if (c > c_first) fetch(steps_of(c - 1));
+
+        // A whole chunk inside one sequence (the common case) runs its steps without per-step
+        // sequence checks: a sequence ending at its last step restarts the walk here, and one
+        // starting at its first step gets its initial-state gradient after the walk.
+        bool whole = steps == K, chunk_starts = false;
+        if (whole) {
+          bool ends, starts;
+          step_bounds(t0 + K - 1, ends, starts);
+          const int64_t sequence_start = p.offsets ? p.seq_offset(seq_back) : 0;
+          whole = sequence_start <= t0;
+          chunk_starts = sequence_start == t0;
+        }
 
         if constexpr (kSummary) {
           // ---- the state gradient alone, back over the chunk ----
 #pragma unroll
           for (int i = K - 1; i >= 0; --i) {
-            if (i >= steps) continue;
-            bool ends, starts;
-            step_bounds(t0 + i, ends, starts);
+            if (!whole) {
+              if (i >= steps) continue;
+              bool ends, starts;
+              step_bounds(t0 + i, ends, starts);
+            }
             const Acc dl = s_delta[me.channel * kPitch + i];
             const Acc dy = s_dy[me.channel * kPitch + i];
+            Acc Bt[kStates], Ct[kStates];
+            states_at(i, Bt, Ct);
 #pragma unroll
             for (int j = 0; j < kStates; ++j) {
-              const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
               const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
-              lam[j] = a * (lam[j] + Ct * dy);
+              lam[j] = a * (lam[j] + Ct[j] * dy);
               decay[j] *= a;
             }
           }
@@ -226,10 +363,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               h[j] = has_state[j] ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
                                   : Acc(0);
             }
-            int64_t seq = p.offsets ? sequence_of(p, t0) : me.b;
+            int64_t seq = (p.offsets && !whole) ? sequence_of(p, t0) : me.b;
 #pragma unroll
             for (int i = 0; i < K; ++i) {
-              if (i < steps) {
+              if (!whole) {
+                if (i >= steps) continue;
                 const int64_t t = t0 + i;
                 if (p.offsets && i > 0) {
                   while (seq + 1 < p.num_seqs && t >= p.seq_offset(seq + 1)) {
@@ -238,72 +376,65 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                     for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
                   }
                 }
-                const Acc dl = s_delta[me.channel * kPitch + i];
-                const Acc du = dl * s_u[me.channel * kPitch + i];
-                Acc y = 0;
-#pragma unroll
-                for (int j = 0; j < kStates; ++j) {
-                  const Acc Bt = p.B.variable ? s_B[i * s.states_per_tile + me.quad * kStates + j] : Bc[j];
-                  const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
-                  h_in[i][j] = h[j];
-                  h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + du * Bt;
-                  y += Ct * h[j];
-                }
-                s_ypart[threadIdx.x * kPitch + i] = y;
               }
+              const Acc dl = s_delta[me.channel * kPitch + i];
+              const Acc dlu = dl * s_u[me.channel * kPitch + i];
+              Acc Bt[kStates], Ct[kStates];
+              states_at(i, Bt, Ct);
+              Acc y = 0;
+#pragma unroll
+              for (int j = 0; j < kStates; ++j) {
+                h_in[i][j] = h[j];
+                h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + dlu * Bt[j];
+                y += Ct[j] * h[j];
+              }
+              s_ypart[threadIdx.x * kPitch + i] = y;
             }
           }
 
           // ---- 3. walk back ----
 #pragma unroll
           for (int i = K - 1; i >= 0; --i) {
-            if (i < steps) {
-              bool ends, starts;
+            bool starts = false;
+            if (!whole) {
+              if (i >= steps) continue;
+              bool ends;
               step_bounds(t0 + i, ends, starts);
-              const Acc dl = s_delta[me.channel * kPitch + i];
-              const Acc u = s_u[me.channel * kPitch + i];
-              const Acc dy = s_dy[me.channel * kPitch + i];
-              Acc ddelta_part = 0, du_part = 0;
-              ChannelReduction<Acc> red;
+            }
+            const Acc dl = s_delta[me.channel * kPitch + i];
+            const Acc u = s_u[me.channel * kPitch + i];
+            const Acc dy = s_dy[me.channel * kPitch + i];
+            const Acc dlu = dl * u;
+            Acc Bt[kStates], Ct[kStates];
+            states_at(i, Bt, Ct);
+            Acc ddelta_part = 0, du_part = 0;
+            ChannelReduction<Acc> red;
 #pragma unroll
-              for (int j = 0; j < kStates; ++j) {
-                const Acc Bt = p.B.variable ? s_B[i * s.states_per_tile + me.quad * kStates + j] : Bc[j];
-                const Acc Ct = p.C.variable ? s_C[i * s.states_per_tile + me.quad * kStates + j] : Cc[j];
-                const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
-                const Acc hp = h_in[i][j];
-                const Acc l = lam[j] + Ct * dy;
-                const Acc dB = l * dl * u;
-                const Acc dC = dy * (a * hp + dl * u * Bt);
-                const Acc da = l * hp * a;
-                ddelta_part += l * Bt * u + da * Araw[j];
-                du_part += l * Bt * dl;
-                dA[j] += da * dl;
-                lam[j] = a * l;
-                red.v[j] = dB;
-                red.v[kStates + j] = dC;
-                if (!p.B.variable) dBc[j] += dB;
-                if (!p.C.variable) dCc[j] += dC;
-              }
-              if (starts && gr.dinitial) {
+            for (int j = 0; j < kStates; ++j) {
+              const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
+              const Acc hp = h_in[i][j];
+              const Acc l = lam[j] + Ct[j] * dy;
+              const Acc dB = l * dlu;
+              const Acc dC = dy * (a * hp + dlu * Bt[j]);
+              const Acc da = l * hp * a;
+              ddelta_part += l * Bt[j] * u + da * Araw[j];
+              du_part += l * Bt[j] * dl;
+              dA[j] += da * dl;
+              lam[j] = a * l;
+              red.v[j] = dB;
+              red.v[kStates + j] = dC;
+              if (!p.B.variable) dBc[j] += dB;
+              if (!p.C.variable) dCc[j] += dC;
+            }
+            if (starts && gr.dinitial) store_dinitial();
+            s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
+            s_dupart[threadIdx.x * kPitch + i] = du_part;
+            if (variable_BC) {
+              red.run(s.threads_per_channel);
+              if (sums_layout.writer) {
 #pragma unroll
-                for (int j = 0; j < kStates; ++j) {
-                  if (!has_state[j]) continue;
-                  static_cast<Acc*>(gr.dinitial)[(seq_back * p.dim + me.d) * p.dstate + n0 + j] = lam[j];
-                }
-              }
-              s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
-              s_dupart[threadIdx.x * kPitch + i] = du_part;
-              if (variable_BC) {
-                red.run(s.threads_per_channel);
-                if (red.writer) {
-                  Acc* row = s_red + (warp * K + i) * 2 * s.states_per_tile;
-#pragma unroll
-                  for (int j = 0; j < 2 * kStates; ++j) {
-                    if (j >= red.count) break;
-                    const int entry = red.base + j;  // dB of state entry, or dC of state entry - kStates
-                    const int which = entry / kStates, state = me.quad * kStates + entry % kStates;
-                    row[which * s.states_per_tile + state] = red.v[j];
-                  }
+                for (int j = 0; j < 2 * kStates; ++j) {
+                  if (j < sums_layout.count) s_red[red_row[j] + i] = red.v[j];
                 }
               }
             }
@@ -311,21 +442,20 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           __syncthreads();
 
           // ---- 4. finish ----
-          for (int idx = threadIdx.x; idx < items; idx += blockDim.x) {
-            const ChunkItem it(idx, s.channels_per_block, K, time_fastest);
-            if (it.step >= steps || !me.has_channel(p, s, it.channel)) continue;
-            const int64_t d = d0 + it.channel, t = t0 + it.step;
-            const int at = it.channel * kPitch + it.step;
+          for (int r = 0; r < items.rounds; ++r) {
+            if (!item_real(r, steps)) continue;
+            const int channel = items.row(r), at = channel * kPitch + items.column(r);
+            const int64_t flat = grad_walk.at(r);
             // The channel's parts, its threads in order (the same sums on every run).
             Acc y = 0, du = 0, ddelta = 0;
-            for (int q = 0, part = it.channel * s.threads_per_channel * kPitch + it.step; q < s.threads_per_channel;
-                 ++q, part += kPitch) {
+#pragma unroll 4
+            for (int q = 0, part = channel * s.threads_per_channel * kPitch + items.column(r);
+                 q < s.threads_per_channel; ++q, part += kPitch) {
               y += s_ypart[part];
               du += s_dupart[part];
               ddelta += s_ddpart[part];
             }
             if (s.state_tiles > 1) {
-              const int64_t flat = (me.b * p.dim + d) * p.len + t;
               Acc* ys = static_cast<Acc*>(s.y_scratch);
               Acc* dus = static_cast<Acc*>(s.du_scratch);
               Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
@@ -342,35 +472,27 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               }
             }
             const Acc u = s_u[at], dy = s_dy[at];
-            const Acc Dd = p.D ? static_cast<const Acc*>(p.D)[d] : Acc(0);
-            const int64_t flat = (me.b * p.dim + d) * p.len + t;
-            if (p.z.data) {
-              const Acc z = load_as<In, Acc>(p.z.data, p.z.offset(me.b, d, t));
-              const Acc dout = load_as<In, Acc>(gr.dout.data, gr.dout.offset(me.b, d, t));
-              static_cast<In*>(gr.dz)[flat] = static_cast<In>(dout * (y + Dd * u) * silu_grad(z));
-            }
-            const Acc bias = p.delta_bias ? static_cast<const Acc*>(p.delta_bias)[d] : Acc(0);
-            const Acc x = load_as<In, Acc>(p.delta.data, p.delta.offset(me.b, d, t)) + bias;
-            const Acc draw = p.delta_softplus ? ddelta * (x > Acc(20) ? Acc(1) : fast_sigmoid(x)) : ddelta;
+            const Acc Dd = D ? D[d0 + channel] : Acc(0);
+            if (z_in) static_cast<In*>(gr.dz)[flat] = static_cast<In>(s_dz_factor[at] * (y + Dd * u));
+            const Acc draw = ddelta * s_ddelta_factor[at];
             static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
             static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
             // The terms of the per-channel sums below.
             s_dD_terms[at] = dy * u;
             s_dbias_terms[at] = draw;
           }
-          if (variable_BC) {
-            const int n_items = 2 * K * s.states_per_tile;
-            for (int idx = threadIdx.x; idx < n_items; idx += blockDim.x) {
-              const int step = idx % K, entry = idx / K;  // entry = which * states_per_tile + state
-              const int which = entry / s.states_per_tile, state = entry % s.states_per_tile;
-              const StateInput& P = which == 0 ? p.B : p.C;
-              const int64_t ng = static_cast<int64_t>(tile) * s.states_per_tile + state;
-              if (!P.variable || step >= steps || ng >= p.dstate) continue;
+          grad_walk.base += grad_walk.chunk_stride;
+          if (variable_BC && threadIdx.x % K < steps) {
+            // Thread x sums the warps' rows at step x % K of entries x / K, x / K + kThreads / K,
+            // ... (dB of the tile's states, then dC), in warp order.
+            const int step = threadIdx.x % K;
+            for (int entry = threadIdx.x / K; entry < 2 * s.states_per_tile; entry += Policy::kThreads / K) {
+              const bool is_C = entry >= s.states_per_tile;
+              const int state = is_C ? entry - s.states_per_tile : entry;
+              if (!(is_C ? p.C.variable : p.B.variable) || tile_n0 + state >= p.dstate) continue;
               Acc sum = 0;
-              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * K + step) * 2 * s.states_per_tile + entry];
-              Acc* partial = static_cast<Acc*>(which == 0 ? gr.dB_partial : gr.dC_partial);
-              const int64_t row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + ng;
-              partial[row * p.len + t0 + step] = sum;
+              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * s.states_per_tile + entry) * kPitch + step];
+              (is_C ? dC_rows : dB_rows)[state * p.len + t0 + step] = sum;
             }
           }
           if (last_tile) {
@@ -383,6 +505,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             }
           }
         }
+        if (whole && chunk_starts && gr.dinitial && !kSummary) store_dinitial();
       }
       if constexpr (kSummary) {
         store_segment_summary(p, s, me, n0, has_state, lam, decay);

@@ -94,6 +94,16 @@ __device__ __forceinline__ Acc fast_processed_delta(Acc raw, Acc bias, bool use_
   }
 }
 
+// delta after its bias and softplus as fast_processed_delta gives it, and d(delta)/d(raw delta):
+// sigmoid(x) under softplus (1 past its threshold), 1 without.
+template <class Acc>
+__device__ __forceinline__ void fast_processed_delta_and_grad(Acc raw, Acc bias, bool use_softplus, Acc& delta,
+                                                              Acc& grad) {
+  const Acc x = raw + bias;
+  delta = fast_processed_delta(raw, bias, use_softplus);
+  grad = (!use_softplus || x > Acc(20)) ? Acc(1) : fast_sigmoid(x);
+}
+
 // Loads (stores) S = 2 or 4 consecutive values at `at`, aligned to S values, in vector
 // accesses of at most 16 bytes.
 template <class Acc, int S>
@@ -207,14 +217,36 @@ __device__ __forceinline__ Acc load_as(const void* base, int64_t at) {
   return static_cast<Acc>(static_cast<const In*>(base)[at]);
 }
 
-// Staged items of a chunk: (channel, step) pairs laid out so that consecutive threads read
-// consecutive addresses of u (time fastest when u's time stride is 1, channels otherwise).
-struct ChunkItem {
-  int channel, step;
-  __device__ ChunkItem(int idx, int channels, int steps, bool time_fastest) {
-    channel = time_fastest ? idx / steps : idx % channels;
-    step = time_fastest ? idx % steps : idx / channels;
+// Where a thread's items of a chunk's rows x columns grid sit: blockDim.x consecutive items per
+// round, the columns (time steps, when `columns_fastest`) or the rows fastest. Both counts are
+// powers of two, so round r's item is (row0 + r * row_step, column0 + r * column_step) in
+// every chunk, and its address is a base plus r times a stride. When the grid is smaller than
+// a round (B and C with N <= 2), the items past it have column >= columns.
+struct ItemWalk {
+  int row0, column0, row_step, column_step, rounds;
+  __device__ ItemWalk(int rows, int columns, bool columns_fastest) {
+    const int t = static_cast<int>(threadIdx.x);
+    rounds = (rows * columns + Policy::kThreads - 1) / Policy::kThreads;
+    if (columns_fastest) {
+      row0 = t / columns, column0 = t % columns, row_step = Policy::kThreads / columns, column_step = 0;
+    } else {
+      row0 = t % rows, column0 = t / rows, row_step = 0, column_step = Policy::kThreads / rows;
+    }
   }
+  __device__ int row(int r) const { return row0 + r * row_step; }
+  __device__ int column(int r) const { return column0 + r * column_step; }
+};
+
+// A thread's walk over one strided tensor: the element of its round-0 item of the current
+// chunk, and the element distance between rounds and between chunks.
+struct StridedWalk {
+  int64_t base, round_stride, chunk_stride;
+  __device__ StridedWalk(int64_t origin, int64_t row_stride, int64_t column_stride, const ItemWalk& w,
+                         int64_t chunk_columns)
+      : base(origin + w.row0 * row_stride + w.column0 * column_stride),
+        round_stride(w.row_step * row_stride + w.column_step * column_stride),
+        chunk_stride(chunk_columns * column_stride) {}
+  __device__ int64_t at(int r) const { return base + r * round_stride; }
 };
 
 // Packed sequences: the last sequence k with offsets[k] <= t (a sequence holding t, or the
@@ -230,6 +262,24 @@ __device__ __forceinline__ int64_t sequence_of(const SelectiveScanParams& p, int
 
 __device__ __forceinline__ int64_t sequence_end(const SelectiveScanParams& p, int64_t k) {
   return (p.offsets && k + 1 < p.num_seqs) ? p.seq_offset(k + 1) : p.len;
+}
+
+// Where a summary pass may start (the forward) or end (the backward) its walk. With packed
+// sequences, a segment's end state depends only on the steps since the last sequence start
+// inside it, and the state gradient entering its first step only on the steps up to the end of
+// the sequence holding that step: the summary walks those chunks (of K steps) alone. The
+// restart inside the walk zeroes the gates' product, as when it walks the whole segment.
+__device__ __forceinline__ int64_t forward_summary_begin(const SelectiveScanParams& p, const ThreadPlace& me, int K) {
+  if (!p.offsets) return me.t_begin;
+  const int64_t last_start = p.seq_offset(sequence_of(p, me.t_end - 1));
+  return last_start > me.t_begin ? last_start / K * K : me.t_begin;
+}
+
+__device__ __forceinline__ int64_t backward_summary_end(const SelectiveScanParams& p, const ThreadPlace& me, int K) {
+  if (!p.offsets) return me.t_end;
+  const int64_t first_end = sequence_end(p, sequence_of(p, me.t_begin));
+  const int64_t chunk_end = (first_end + K - 1) / K * K;
+  return chunk_end < me.t_end ? chunk_end : me.t_end;
 }
 
 }  // namespace parprims::cuda

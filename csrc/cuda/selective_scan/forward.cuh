@@ -47,38 +47,6 @@ struct ForwardChunk {
   }
 };
 
-// Where a thread's items of a chunk's rows x columns grid sit: blockDim.x consecutive items per
-// round, the columns (time steps, when `columns_fastest`) or the rows fastest. Both counts are
-// powers of two, so round r's item is (row0 + r * row_step, column0 + r * column_step) in
-// every chunk, and its address is a base plus r times a stride. When the grid is smaller than
-// a round (B and C with N <= 2), the items past it have column >= columns.
-struct ItemWalk {
-  int row0, column0, row_step, column_step, rounds;
-  __device__ ItemWalk(int rows, int columns, bool columns_fastest) {
-    const int t = static_cast<int>(threadIdx.x);
-    rounds = (rows * columns + Policy::kThreads - 1) / Policy::kThreads;
-    if (columns_fastest) {
-      row0 = t / columns, column0 = t % columns, row_step = Policy::kThreads / columns, column_step = 0;
-    } else {
-      row0 = t % rows, column0 = t / rows, row_step = 0, column_step = Policy::kThreads / rows;
-    }
-  }
-  __device__ int row(int r) const { return row0 + r * row_step; }
-  __device__ int column(int r) const { return column0 + r * column_step; }
-};
-
-// A thread's walk over one strided tensor: the element of its round-0 item of the current
-// chunk, and the element distance between rounds and between chunks.
-struct StridedWalk {
-  int64_t base, round_stride, chunk_stride;
-  __device__ StridedWalk(int64_t origin, int64_t row_stride, int64_t column_stride, const ItemWalk& w,
-                         int64_t chunk_columns)
-      : base(origin + w.row0 * row_stride + w.column0 * column_stride),
-        round_stride(w.row_step * row_stride + w.column_step * column_stride),
-        chunk_stride(chunk_columns * column_stride) {}
-  __device__ int64_t at(int r) const { return base + r * round_stride; }
-};
-
 template <class In, class Acc, bool kVariableBC, bool kSummary>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
@@ -135,9 +103,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         Bc[j] = (has_state[j] && !variable_B) ? static_cast<const Acc*>(p.B.data)[p.B.offset(0, 0, me.d, n, 0)] : Acc(0);
         Cc[j] = (has_state[j] && !variable_C) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
       }
-      // The sequence of the segment's first step (the first sequence at t = 0: empty ones
-      // there are ended below like any other).
-      int64_t seq = p.offsets ? (me.segment == 0 ? 0 : sequence_of(p, me.t_begin)) : me.b;
+      // The steps walked: the segment; for the summary of a segment with packed sequences, from
+      // the chunk of the last sequence start inside it (earlier steps do not reach its end state).
+      const int64_t t_begin = kSummary ? forward_summary_begin(p, me, K) : me.t_begin, t_end = me.t_end;
+      // The sequence of the first step walked (the first sequence at t = 0: empty ones there are
+      // ended below like any other).
+      int64_t seq = p.offsets ? (t_begin == 0 ? 0 : sequence_of(p, t_begin)) : me.b;
       int64_t seq_end = sequence_end(p, seq);
       auto load_initial = [&](int64_t k) {
 #pragma unroll
@@ -167,9 +138,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         }
       };
 
-      // The thread's walks over the inputs, from chunk 0.
-      // The thread's walks over the inputs, from the segment's first chunk.
-      const int64_t t_begin = me.t_begin, t_end = me.t_end;
+      // The thread's walks over the inputs, from the first chunk walked.
       StridedWalk u_walk(p.u.offset(me.b, d0, t_begin), p.u.dim_stride, p.u.len_stride, items, K);
       StridedWalk delta_walk(p.delta.offset(me.b, d0, t_begin), p.delta.dim_stride, p.delta.len_stride, items, K);
       StridedWalk z_walk(p.z.offset(me.b, d0, t_begin), p.z.dim_stride, p.z.len_stride, items, K);
@@ -229,7 +198,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       // A segment that starts a row or a sequence starts from its initial state; the others
       // from zero in the summary (their gates' product carries the carry) and from the
       // combined carry in the full pass.
-      const bool starts_fresh = me.segment == 0 || (p.offsets && p.seq_offset(seq) == t_begin);
+      const bool starts_fresh = t_begin == 0 || (p.offsets && p.seq_offset(seq) == t_begin);
       if (starts_fresh) {
         load_initial(seq);
       } else {
