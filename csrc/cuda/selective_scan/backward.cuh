@@ -23,6 +23,7 @@
 // (segment, batch row).
 #pragma once
 
+#include "channel_reduction.cuh"
 #include "common.cuh"
 
 namespace parprims::cuda {
@@ -46,50 +47,6 @@ struct BackwardChunk {
     const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * 2 * s.states_per_tile * kPitch : 0;
     return (per_channel + per_state + reduced) * sizeof(Acc);
   }
-};
-
-// Sums the 2 * kStates values of v (dB then dC of the lane's states) over the channels of a
-// warp (the lanes that differ in the bits above the channel's lanes), in a fixed order. Each
-// round halves the values a lane holds: the lane keeps one half and receives the partner's
-// other half, so the warp spends kStates + kStates / 2 + ... + 1 shuffles instead of
-// 2 * kStates per round. On return v[0, count)
-// hold the sums of original entries [base, base + count); `writer` tells the one lane that
-// stores each sum when several lanes hold it.
-template <class Acc>
-struct ChannelReduction {
-  Acc v[2 * kStates];
-  int base = 0, count = 2 * kStates;
-  bool writer = true;
-
-  template <int kHalf>
-  __device__ __forceinline__ void halve(int mask) {
-    const bool upper = (threadIdx.x & mask) != 0;
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-      const Acc send = upper ? v[j] : v[j + kHalf];
-      const Acc keep = upper ? v[j + kHalf] : v[j];
-      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-    if (upper) base += kHalf;
-    count = kHalf;
-  }
-
-  // Rounds over lane masks from `mask` down to threads_per_channel, kHalf values kept each.
-  template <int kHalf>
-  __device__ __forceinline__ void halve_from(int mask, int threads_per_channel) {
-    if (mask < threads_per_channel) return;
-    halve<kHalf>(mask);
-    if constexpr (kHalf > 1) {
-      halve_from<kHalf / 2>(mask >> 1, threads_per_channel);
-    } else {
-      for (mask >>= 1; mask >= threads_per_channel; mask >>= 1) {
-        v[0] += __shfl_xor_sync(0xffffffffu, v[0], mask);
-        if (threadIdx.x & mask) writer = false;
-      }
-    }
-  }
-
-  __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
 };
 
 template <class In, class Acc, bool kSummary>
@@ -297,7 +254,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       // same places every step, found by one reduction of zeros).
       ChannelReduction<Acc> sums_layout;
       int red_row[2 * kStates];
-      if (variable_BC) {
+      if (!kSummary && variable_BC) {  // the summary sums nothing
 #pragma unroll
         for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
         sums_layout.run(s.threads_per_channel);
