@@ -178,6 +178,37 @@ def test_segment_reduce_sequences_across_pieces(op, features, device):
     assert torch.equal(pp.segment_reduce(x32, offsets, op), pp.segment_reduce(x32, offsets, op))
 
 
+@pytest.mark.parametrize("op", ("sum", "max", "mean", "logsumexp"))
+def test_segment_reduce_pieces_of_several_tiles(op, device):
+    """An input large enough that the CUDA rows pass gives each warp several tiles to walk
+    (about 2^24 elements): the fold carried from tile to tile, sequences that start or end on a
+    tile's or a piece's edge (lengths that are multiples of 512), one-element and empty
+    sequences among long ones. Equal to the reference, and the same bits on a second call."""
+    g = torch.Generator().manual_seed(11)
+    lengths = torch.randint(0, 9000, (1800,), generator=g)
+    lengths[torch.rand(1800, generator=g) < 0.1] = 0
+    lengths[torch.rand(1800, generator=g) < 0.1] = 1
+    edges = torch.rand(1800, generator=g) < 0.2
+    lengths[edges] = 512 * torch.randint(1, 8, (int(edges.sum()),), generator=g)
+    offsets = make_offsets(lengths.tolist(), device=device)
+    x = torch.randn(int(lengths.sum()), generator=g).to(device)
+    got = pp.segment_reduce(x, offsets, op)
+    want = ref.segment_reduce(x.cpu(), offsets.cpu(), op)
+    assert_close(got, want, scale=ref.segment_reduce(x.cpu().abs(), offsets.cpu(), op) if op in ("sum", "mean") else None)
+    assert torch.equal(got, pp.segment_reduce(x, offsets, op))
+
+
+@pytest.mark.parametrize("op", ("sum", "max"))
+def test_reduce_long_rows_of_several_tiles(op, device):
+    """Rows long enough that a warp of the CUDA rows pass walks several tiles of one row, and a
+    row ends inside a piece's last tile (2^18 + 100 positions)."""
+    x = torch.randn(48, (1 << 18) + 100, device=device)
+    got = pp.reduce(x, -1, op)
+    wide = x.cpu().double()
+    want = wide.sum(-1) if op == "sum" else wide.amax(-1)
+    assert_close(got, want, scale=x.cpu().double().abs().sum(-1) if op == "sum" else None)
+
+
 def test_segment_reduce_long_mean_count_is_exact(device):
     """The mean divides by an integer count: a float32 count would stop at 2^24 elements.
 

@@ -57,16 +57,18 @@ struct PieceFold {
   bool started_here;  // whether the segment being folded started inside this piece
 
   // The value at `pos` (segment `segment`), whether it starts or ends its segment, and whether it
-  // is the last position of the piece.
+  // is the last position of the piece. `writes`: whether this thread stores what ends here (a
+  // warp that folds a whole tile as one value keeps the fold in every lane and stores once).
   __device__ __forceinline__ void add(const P& problem, const PiecePartials<Value>& parts, int64_t row,
                                       int64_t chunk, int64_t segment, const Value& v, bool head,
-                                      bool ends_segment, bool ends_piece) {
+                                      bool ends_segment, bool ends_piece, bool writes = true) {
     if (head) {
       running = v;
       started_here = true;
     } else {
       running = M::combine(running, v);
     }
+    if (!writes) return;
     if (ends_segment && started_here) {
       problem.store_final(row, segment, running);
     } else if (ends_segment || ends_piece) {
@@ -99,75 +101,141 @@ struct PieceSegments {
 template <class Value>
 struct SegmentReducePolicy {
   static constexpr int kThreads = 256;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kMinBlocksPerSM = 4;  // 64 registers: more warps, more loads in flight
   static constexpr int kItems = sizeof(Value) <= 4 ? 16 : sizeof(Value) <= 8 ? 8 : 4;
-  static constexpr int kTile = kThreads * kItems;
+  static constexpr int kWarpTile = 32 * kItems;  // consecutive positions a warp folds per step
 };
 
+// The rows pass: a warp owns one piece (tiles_per_piece warp tiles of one row) and walks it tile
+// by tile, the next tile's loads in flight while it folds the current one, with the fold of the
+// current segment carried across tiles in registers. No barrier, no look-back, no shared memory.
+//  * A tile in which no segment starts after its first position (every tile of an
+//    unsegmented row; most tiles when segments are longer than a tile) is one fold: each lane
+//    folds its kItems positions, the warp combines the lanes, and the fold moves on.
+//  * A tile that holds segment starts: each lane finds its first segment (a search among the
+//    piece's segments), folds its positions, and a segmented warp scan hands it the part of that
+//    segment that the earlier lanes and tiles hold; each lane then writes the segments that end
+//    in its positions.
 template <class P>
-__global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThreads)
+__global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThreads,
+                                  SegmentReducePolicy<typename P::Value>::kMinBlocksPerSM)
     segment_reduce_rows_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
-                               const PieceSegments segments, int64_t tiles_per_row, int64_t pieces, bool wide) {
+                               const PieceSegments segments, int64_t chunks, int64_t pieces, bool wide) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
   using Seg = Segmented<M>;
   using Lifted = typename Seg::value_type;
   using Policy = SegmentReducePolicy<Value>;
   constexpr int kItems = Policy::kItems;
-  __shared__ typename BlockScan<Seg, Policy::kThreads>::Storage scan_storage;
+  __shared__ Value staged_values[Policy::kWarps][Policy::kWarpTile];
+  const int lane = threadIdx.x & 31;
+  Value* warp_values = staged_values[threadIdx.x >> 5];
+  const int64_t piece = static_cast<int64_t>(blockIdx.x) * Policy::kWarps + (threadIdx.x >> 5);
+  if (piece >= pieces) return;  // the whole warp
+  const int64_t row = piece / chunks;
+  const int64_t chunk = piece - row * chunks;
+  const int64_t piece_begin = chunk * parts.chunk_length;
+  const int64_t piece_end = min(piece_begin + parts.chunk_length, g.len);
+  const auto cursor = problem.cursor(row);
+  // This lane's positions of the tile at tile_begin: [first, first + count).
+  auto lane_first = [&](int64_t tile_begin) { return tile_begin + static_cast<int64_t>(lane) * kItems; };
+  auto lane_count = [&](int64_t first) {
+    return static_cast<int>(max(int64_t(0), min(int64_t(kItems), piece_end - first)));
+  };
+  auto load_tile = [&](int64_t tile_begin, Value(&v)[kItems]) {
+    const int64_t first = lane_first(tile_begin);
+    const int count = lane_count(first);
+    if (count == kItems && wide && problem.template load_run<kItems>(cursor, first, v)) return;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) v[k] = k < count ? problem.load(cursor, first + k) : M::identity();
+  };
 
-  for (int64_t piece = blockIdx.x; piece < pieces; piece += gridDim.x) {
-    const int64_t row = piece / tiles_per_row;
-    const int64_t tile = piece - row * tiles_per_row;
-    const int64_t begin = tile * Policy::kTile;
-    const int64_t end = min(begin + Policy::kTile, g.len);
-    const int64_t first = begin + static_cast<int64_t>(threadIdx.x) * kItems;
-    const int count = static_cast<int>(max(int64_t(0), min(int64_t(kItems), end - first)));
-    const auto cursor = problem.cursor(row);
+  // The warp's place, the same in every lane: the segment holding the tile's first position,
+  // and whether a segment starts there.
+  SegmentWalker at;
+  at.seek(g, piece_begin, segments.lo(chunk), segments.lo(chunk));
+  bool tile_starts = at.starts_segment(g, piece_begin);
+  PieceFold<P> fold{M::identity(), false};  // the warp's fold up to the tile
+  for (int64_t tile_begin = piece_begin; tile_begin < piece_end; tile_begin += Policy::kWarpTile) {
+    const int64_t tile_end = min(tile_begin + Policy::kWarpTile, piece_end);
     Value values[kItems];
-    if (!(count == kItems && wide && problem.template load_run<kItems>(cursor, first, values))) {
+    load_tile(tile_begin, values);
+    const bool ends_piece = tile_end == piece_end;
+    if (at.next_start >= tile_end) {
+      // ---- one segment from the tile's first position to its end ----
+      Value folded = values[0];
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) values[k] = k < count ? problem.load(cursor, first + k) : M::identity();
-    }
-    SegmentWalker start;
-    if (count > 0) start.seek(g, first, segments.lo(tile), segments.hi(tile));
-    const int64_t last = first + count - 1;
-    // Most runs hold no segment start when sequences are much longer than a run: one fold of the
-    // values (the padding is the identity) and no walk.
-    const bool plain = count > 0 && !start.starts_segment(g, first) && start.next_start > last;
-    Value folded = values[0];
-#pragma unroll
-    for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
-
-    // This thread's (value since its last segment start, any start) pair, scanned across the block.
-    Lifted mine = plain ? Lifted{folded, false} : Seg::identity();
-    SegmentWalker w = start;
-    if (!plain) {
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        if (k < count) {
-          const bool head = k == 0 ? w.starts_segment(g, first) : w.enter(g, first + k);
-          mine = Seg::combine(mine, Lifted{values[k], head});
-        }
-      }
-    }
-    Lifted total;
-    const Lifted carry = BlockScan<Seg, Policy::kThreads>::exclusive(scan_storage, mine, total);
-
-    PieceFold<P> fold{carry.value, carry.head};
-    if (plain) {
-      fold.add(problem, parts, row, tile, start.segment, folded, false, start.is_last(last), last == end - 1);
+      for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
+      folded = warp_reduce<M>(folded);
+      fold.add(problem, parts, row, chunk, at.segment, folded, tile_starts, at.is_last(tile_end - 1), ends_piece,
+               lane == 0);
     } else {
-      w = start;
+      // ---- segment starts inside the tile ----
+      // A lane whose positions hold a segment start walks them as runs (the positions of one
+      // segment), folding each run in a loop over its values staged in shared memory. (A walk
+      // unrolled over the positions in registers, a copy per path and type, overflowed the
+      // instruction cache: ncu had most of the kernel's stalls waiting for instruction fetch.)
+      Value* staged = warp_values + lane;  // value k at staged[32 * k]: no bank conflicts
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        if (k < count) {
-          const int64_t pos = first + k;
-          const bool head = k == 0 ? w.starts_segment(g, pos) : w.enter(g, pos);
-          fold.add(problem, parts, row, tile, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+      for (int k = 0; k < kItems; ++k) staged[32 * k] = values[k];
+      const int64_t first = lane_first(tile_begin);
+      const int count = lane_count(first);
+      const int64_t last = first + count - 1;
+      SegmentWalker start = at;
+      if (count > 0 && first != tile_begin) start.seek(g, first, at.segment, segments.hi(chunk));
+      // visit(walker, value, head, run_last) for each run in order: the walker on the run's
+      // segment, the fold of the run, whether the run starts its segment, its last position.
+      auto for_each_run = [&](SegmentWalker& w, auto&& visit) {
+        bool head = count > 0 && w.starts_segment(g, first);
+        for (int k = 0; k < count;) {
+          const int n = static_cast<int>(min(w.next_start, last + 1) - first);  // the run is [k, n)
+          Value v = staged[32 * k];
+#pragma unroll 1
+          for (int j = k + 1; j < n; ++j) v = M::combine(v, staged[32 * j]);
+          visit(w, v, head, first + n - 1);
+          k = n;
+          if (k < count) head = w.enter(g, first + k);
         }
+      };
+      // Most lanes' positions hold no segment start: one fold of the values (the padding is the
+      // identity) and no walk.
+      const bool plain = count > 0 && !start.starts_segment(g, first) && start.next_start > last;
+      Lifted mine = Seg::identity();
+      if (plain) {
+        Value folded = values[0];
+#pragma unroll
+        for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
+        mine = Lifted{folded, false};
+      } else {
+        SegmentWalker w = start;
+        for_each_run(w, [&](SegmentWalker&, const Value& v, bool head, int64_t) { mine = Seg::combine(mine, Lifted{v, head}); });
       }
+      const Lifted inclusive = warp_inclusive_scan<Seg>(mine);
+      Lifted earlier = shfl_up(inclusive, 1);
+      if (lane == 0) earlier = Seg::identity();
+      const Lifted before{fold.running, fold.started_here};
+      const Lifted carry = Seg::combine(before, earlier);
+      PieceFold<P> lane_fold{carry.value, carry.head};
+      SegmentWalker w = start;
+      if (plain) {
+        lane_fold.add(problem, parts, row, chunk, w.segment, mine.value, false, w.is_last(last), last == piece_end - 1);
+      } else {
+        for_each_run(w, [&](SegmentWalker& on, const Value& v, bool head, int64_t run_last) {
+          lane_fold.add(problem, parts, row, chunk, on.segment, v, head, on.is_last(run_last), run_last == piece_end - 1);
+        });
+      }
+      // The warp moves on with the fold and the segment of the tile's last position.
+      const Lifted after = Seg::combine(before, shfl_idx(inclusive, 31));
+      fold.running = after.value;
+      fold.started_here = after.head;
+      const int last_lane = static_cast<int>((tile_end - 1 - tile_begin) / kItems);
+      at.segment = shfl_idx(w.segment, last_lane);
+      at.next_start = shfl_idx(w.next_start, last_lane);
     }
-    __syncthreads();  // scan_storage serves the next piece
+    if (ends_piece) break;
+    // A segment that ends with the tile hands the next tile a fresh one.
+    tile_starts = at.enter(g, tile_end);
   }
 }
 
@@ -284,6 +352,18 @@ struct SegmentReduceEngine {
     return std::max<int64_t>(16, per_thread);
   }
 
+  // Positions per warp of the rows pass: whole warp tiles, as many as leave about four warps
+  // per warp slot of the GPU (the last wave's idle slots stay a small share), at most 32 tiles.
+  template <class Value>
+  static int64_t row_chunk_length(const ScanGeometry& g) {
+    using Policy = SegmentReducePolicy<Value>;
+    const int64_t tiles_per_row = (g.len + Policy::kWarpTile - 1) / Policy::kWarpTile;
+    const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int64_t warps_wanted = 4 * sms * Policy::kMinBlocksPerSM * Policy::kWarps;
+    const int64_t tiles_per_piece = std::clamp<int64_t>(g.rows * tiles_per_row / warps_wanted, 1, 32);
+    return std::min(tiles_per_row, tiles_per_piece) * Policy::kWarpTile;
+  }
+
   template <class P>
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     using Value = typename P::Value;
@@ -292,7 +372,7 @@ struct SegmentReduceEngine {
     const c10::cuda::CUDAGuard guard(like.device());
     auto stream = at::cuda::getCurrentCUDAStream();
     const bool columns = layout.rows_adjacent && g.rows > 1;
-    const int64_t chunk_length = columns ? column_chunk_length(g) : SegmentReducePolicy<Value>::kTile;
+    const int64_t chunk_length = columns ? column_chunk_length(g) : row_chunk_length<Value>(g);
     const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
     const int64_t pieces = g.rows * chunks;
     at::Tensor workspace = at::empty({static_cast<int64_t>(2 * pieces * sizeof(Value))}, like.options().dtype(at::kByte));
@@ -320,7 +400,8 @@ struct SegmentReduceEngine {
       using Policy = SegmentReducePolicy<Value>;
       parts.row_step = chunks;
       parts.chunk_step = 1;
-      const int64_t blocks = std::min<int64_t>(pieces, kMaxBlocks);
+      const int64_t blocks = (pieces + Policy::kWarps - 1) / Policy::kWarps;
+      TORCH_CHECK(blocks < (int64_t(1) << 31), "segment reduction: too many pieces");
       segment_reduce_rows_kernel<P><<<static_cast<unsigned>(blocks), Policy::kThreads, 0, stream>>>(
           problem, g, parts, segments, chunks, pieces, !wide_access_disabled());
     }

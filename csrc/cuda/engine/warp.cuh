@@ -52,6 +52,19 @@ __device__ __forceinline__ typename M::value_type warp_inclusive_scan(typename M
   return v;
 }
 
+// Combines every lane's value in lane order (pairs, then pairs of pairs: the same order on every
+// run) and gives the total to every lane.
+template <class M>
+__device__ __forceinline__ typename M::value_type warp_reduce(typename M::value_type v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int delta = 1; delta < 32; delta <<= 1) {
+    const auto later = shfl_down(v, delta);
+    if (lane + delta < 32) v = M::combine(v, later);
+  }
+  return shfl_idx(v, 0);
+}
+
 // Combines the lanes' values with lane 31 the earliest and lane 0 the latest; lane 0 gets it.
 // (The look-back window: lane i holds the tile i+1 places back.)
 template <class M>
