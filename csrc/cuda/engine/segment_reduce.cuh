@@ -13,9 +13,10 @@
 // depend on scheduling (deterministic, also for floating sums).
 //
 // Two shapes of pass, both generic over the reduction problem (core/reduce_problems.h):
-//  * rows: a block takes kThreads x kItems consecutive positions of one row, each thread kItems
-//    of them (wide loads when contiguous); a block scan of (value, segment-start) pairs hands
-//    each thread the part of its first segment that earlier threads hold.
+//  * rows: a warp takes a piece of consecutive positions of one row and walks it in tiles of
+//    32 x kItems, each lane kItems of them (wide loads when contiguous), carrying the fold of
+//    the current segment from tile to tile; a warp scan of (value, segment-start) pairs hands
+//    each lane the part of its first segment that earlier lanes and tiles hold.
 //  * columns: when the reduced dimension is strided and neighbouring rows are neighbours in
 //    memory (`(T, F)` along T, a padded `(B, T, D)` batch along T), each thread walks a chunk of
 //    one row and neighbouring threads take neighbouring rows, so every load is coalesced and
