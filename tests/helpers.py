@@ -335,3 +335,23 @@ def capture_cuda_graph(fn, *args):
     graph.replay()
     torch.cuda.synchronize()
     return out
+
+
+def raises(pattern):
+    return pytest.raises(RuntimeError, match=pattern)
+
+
+def other_device(device):
+    """A device other than `device`, or skip."""
+    if device.startswith("cuda"):
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    pytest.skip("a device mismatch needs a second device (CUDA)")
+
+
+def check_bad_case(cases, case, device):
+    """``cases[case]`` is (a call given the device, the message pattern its RuntimeError has)."""
+    call, pattern = cases[case]
+    with raises(pattern):
+        call(device)

@@ -1,8 +1,8 @@
-"""segment_reduce, reduce (with masks) and histogram: comparison with the float64 references and
-with torch.segment_reduce / torch reductions / torch.histc / torch.bincount, edge cases (empty
-sequences, empty input, NaN and infinities, ties, zeros), gradients (gradcheck, first-of-ties,
-prod with zeros), opcheck, torch.compile and CUDA graph capture."""
-import itertools
+"""segment_reduce: comparison with the float64 references and with torch.segment_reduce,
+edge cases (empty sequences, empty input, NaN and infinities, ties, zeros), gradients
+(gradcheck, first-of-ties, prod with zeros), opcheck, torch.compile, and CUDA graph capture of
+the reduction family (segment_reduce, reduce, histogram). `reduce` over a dimension with a mask:
+test_masked_reduce.py."""
 from dataclasses import dataclass
 
 import pytest
@@ -11,29 +11,11 @@ import torch
 import torch_parprims as pp
 from torch_parprims import reference as ref
 
-from helpers import (FLOATS, LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, capture_cuda_graph, draw, make_offsets,
-                     sample_params, slow, tol, with_layout)
+from helpers import (LENGTH_PATTERNS, OPCHECK_UTILS, assert_close, capture_cuda_graph, draw, make_offsets,
+                     sample_params, tol, with_layout)
+from reduce_common import DRAW_OP, FINITE, INT_OPS, OPS, reduction_scale
 
 _ops = torch.ops.parprims
-OPS = ("sum", "mean", "max", "min", "prod", "logsumexp")
-# The scan operator whose typical inputs suit each reduction (helpers.draw).
-DRAW_OP = {"sum": "add", "mean": "add", "max": "max", "min": "min", "prod": "mul", "logsumexp": "logaddexp"}
-INT_OPS = ("sum", "max", "min", "prod")
-
-
-def reduction_scale(x, expected, op, counts):
-    """The magnitude the error of a floating reduction is measured against, per output:
-    ``counts`` is the number of elements in each output (broadcastable to ``expected``)."""
-    e = expected.detach().cpu().double()
-    finite = lambda t: torch.where(t.isfinite(), t, torch.zeros((), dtype=t.dtype))
-    counts = torch.as_tensor(counts, dtype=torch.float64)
-    if op in ("max", "min"):
-        return torch.zeros(e.shape, dtype=torch.float64)
-    if op in ("sum", "mean"):
-        return x  # the caller passes the same reduction of |x|
-    if op == "prod":
-        return finite(e.abs()) * counts.clamp(min=1).sqrt()
-    return (finite(e.abs()) + 1) * counts.clamp(min=1).sqrt()
 
 
 # ---- segment_reduce -------------------------------------------------------------------------
@@ -198,17 +180,6 @@ def test_segment_reduce_pieces_of_several_tiles(op, device):
     assert torch.equal(got, pp.segment_reduce(x, offsets, op))
 
 
-@pytest.mark.parametrize("op", ("sum", "max"))
-def test_reduce_long_rows_of_several_tiles(op, device):
-    """Rows long enough that a warp of the CUDA rows pass walks several tiles of one row, and a
-    row ends inside a piece's last tile (2^18 + 100 positions)."""
-    x = torch.randn(48, (1 << 18) + 100, device=device)
-    got = pp.reduce(x, -1, op)
-    wide = x.cpu().double()
-    want = wide.sum(-1) if op == "sum" else wide.amax(-1)
-    assert_close(got, want, scale=x.cpu().double().abs().sum(-1) if op == "sum" else None)
-
-
 def test_segment_reduce_long_mean_count_is_exact(device):
     """The mean divides by an integer count: a float32 count would stop at 2^24 elements.
 
@@ -304,8 +275,6 @@ def test_segment_reduce_grad_matches_reference(op, dtype, device):
 # ---- opcheck, torch.compile, CUDA graphs --------------------------------------------------
 
 
-# opcheck compares outputs and gradients without equal_nan: finite inputs only.
-FINITE = ("normal", "ties", "zeros")
 
 
 @pytest.mark.parametrize("s", sample_params([s for s in SEGMENT_SAMPLES if s.values in FINITE], "check"))
@@ -368,159 +337,6 @@ def test_invalid_offsets_stay_in_bounds_on_cuda(device):
     assert pp.histogram(x[:, 0], 8, (-1.0, 1.0), offsets=no_sequences).shape == (0, 8)
     assert _ops._histogram_bin_index(x[:, 0], 8, -1.0, 1.0, no_sequences).tolist() == [-1] * 10
     torch.cuda.synchronize()
-
-
-# ---- reduce (with masks) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReduceSample:
-    shape: tuple = (5, 37)
-    dim: int = 1
-    op: str = "sum"
-    dtype: torch.dtype = torch.float32
-    mask: str = "none"  # none | random | broadcast (trailing size-1 dim) | rows (some slices all out)
-    keepdim: bool = False
-    values: str = "normal"
-    view: str = "contiguous"
-    slow: bool = False
-    check: bool = False
-    compile: bool = False
-
-    def __str__(self):
-        shape = "x".join(map(str, self.shape)) or "scalar"
-        dtype = str(self.dtype).replace("torch.", "")
-        keep = "-keepdim" if self.keepdim else ""
-        return f"{shape}-dim{self.dim}-{self.op}-{dtype}-mask_{self.mask}-{self.values}-{self.view}{keep}"
-
-    def make(self, device):
-        x = with_layout(draw(self.shape, DRAW_OP[self.op], self.dtype, self.values, device), self.view, self.dim)
-        if self.mask == "none":
-            return x, None
-        if self.mask == "broadcast":
-            mask = torch.rand(self.shape[:-1] + (1,), device=device) > 0.3
-        else:
-            mask = torch.rand(self.shape, device=device) > 0.3
-        if self.mask == "rows" and x.dim() > 0:
-            index = [slice(None)] * x.dim()
-            index[(self.dim + 1) % x.dim()] = 0
-            mask[tuple(index)] = False  # the slices through index 0 of another dim: all masked out
-        return x, mask
-
-
-def _reduce_samples():
-    S = ReduceSample
-    out = []
-    for op in OPS:
-        out.append(S(op=op, check=op in ("mean", "max")))
-        out.append(S(op=op, mask="random", check=op in ("sum", "prod"), compile=op in ("mean", "prod")))
-        out.append(S(op=op, mask="rows", shape=(4, 6, 9), dim=1, dtype=torch.float64))
-        out.append(S(op=op, mask="broadcast", shape=(3, 40, 8), dim=1, keepdim=True))
-        out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
-        out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
-        for dtype in (torch.float16, torch.bfloat16):
-            out.append(S(op=op, dtype=dtype, mask="random"))
-    for op in INT_OPS:
-        for dtype in (torch.int32, torch.int64, torch.bool):
-            out.append(S(op=op, dtype=dtype, mask="random", shape=(4, 21)))
-    out.append(S(shape=(), dim=0, op="sum"))
-    out.append(S(shape=(), dim=-1, op="max", mask="random", keepdim=True))
-    out.append(S(shape=(3, 0, 2), dim=1, op="prod"))
-    out.append(S(shape=(0, 5), dim=1, op="max"))
-    out.append(S(shape=(2, 1 << 17), dim=1, op="sum", slow=True))
-    out.append(S(shape=(1 << 17, 3), dim=0, op="max", mask="random", slow=True))
-    return out
-
-
-REDUCE_SAMPLES = _reduce_samples()
-
-
-@pytest.mark.parametrize("s", sample_params(REDUCE_SAMPLES))
-def test_reduce_matches_reference(s, device):
-    x, mask = s.make(device)
-    got = pp.reduce(x, s.dim, s.op, mask, keepdim=s.keepdim)
-    expected = ref.reduce(x.cpu(), s.dim, s.op, None if mask is None else mask.cpu(), s.keepdim)
-    scale = None
-    if s.dtype.is_floating_point:
-        xc = x.detach().cpu().double()
-        m = torch.ones(x.shape, dtype=torch.bool) if mask is None else mask.cpu().expand(x.shape)
-        counts = ref.reduce(m.long(), s.dim, "sum", None, s.keepdim)
-        absx = torch.where(xc.isfinite(), xc.abs(), 0)
-        scale = ref.reduce(absx, s.dim, s.op, m, s.keepdim) if s.op in ("sum", "mean") else \
-            reduction_scale(None, expected, s.op, counts)
-    assert_close(got, expected, scale=scale)
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dim", (0, 1, -1))
-def test_reduce_without_mask_matches_torch(op, dim, device):
-    x = torch.randn(6, 7, 5, dtype=torch.float64, device=device)
-    torch_op = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod,
-                "logsumexp": torch.logsumexp}[op]
-    for keepdim in (False, True):
-        torch.testing.assert_close(pp.reduce(x, dim, op, keepdim=keepdim), torch_op(x, dim, keepdim=keepdim),
-                                   rtol=1e-12, atol=1e-12)
-
-
-def test_masked_mean_pooling(device):
-    """The common use: mean over the valid tokens of a padded batch."""
-    h = torch.randn(4, 9, 16, device=device)
-    lengths = torch.tensor([9, 3, 0, 5], device=device)
-    mask = torch.arange(9, device=device)[None, :] < lengths[:, None]
-    got = pp.reduce(h, 1, "mean", mask[..., None])
-    want = (h * mask[..., None]).sum(1) / lengths.clamp(min=1)[:, None]
-    torch.testing.assert_close(got, want)
-    assert torch.equal(got[2], torch.zeros(16, device=device))
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("masked", (False, True))
-def test_reduce_gradcheck(op, masked, device):
-    x = draw((4, 7), DRAW_OP[op], torch.float64, "normal", device)
-    if op in ("max", "min"):
-        x = x + torch.arange(x.numel(), device=device).view(x.shape) * 1e-3
-    if op == "prod":
-        x[1, 2] = 0
-        x[2, 0] = x[2, 5] = 0
-    mask = (torch.rand(4, 7, device=device) > 0.3) if masked else None
-    if masked:
-        mask[3] = False  # an all-masked slice
-    x.requires_grad_(True)
-    out = pp.reduce(x.detach(), 1, op, mask)
-    finite_out = out.isfinite()
-    torch.autograd.gradcheck(lambda t: pp.reduce(t, 1, op, mask).masked_fill(~finite_out, 0), (x,))
-    torch.autograd.gradcheck(lambda t: pp.reduce(t, 0, op, mask, keepdim=True).nan_to_num(0, 0, 0), (x,))
-
-
-def test_reduce_ties_go_to_the_first_unmasked(device):
-    x = torch.tensor([[4.0, 4.0, 1.0, 4.0]], device=device, requires_grad=True)
-    mask = torch.tensor([[False, True, True, True]], device=device)
-    pp.reduce(x, 1, "max", mask).sum().backward()
-    assert x.grad.tolist() == [[0.0, 1.0, 0.0, 0.0]]
-
-
-@pytest.mark.parametrize("s", sample_params([s for s in REDUCE_SAMPLES if s.values in FINITE], "check"))
-def test_reduce_opcheck(s, device):
-    x, mask = s.make(device)
-    if s.dtype.is_floating_point:
-        x.requires_grad_(True)
-    torch.library.opcheck(_ops.reduce.default, (x, s.dim, s.op, mask, s.keepdim), test_utils=OPCHECK_UTILS)
-
-
-@pytest.mark.parametrize("s", sample_params([s for s in REDUCE_SAMPLES if s.dtype.is_floating_point], "compile"))
-def test_reduce_compile(s, device):
-    torch._dynamo.reset()
-    x, mask = s.make(device)
-    x = x.detach().requires_grad_(True)
-
-    def f(t, m):
-        return pp.reduce(t.exp(), s.dim, s.op, m, keepdim=s.keepdim) * 3
-
-    out, want = torch.compile(f, fullgraph=True)(x, mask), f(x, mask)
-    torch.testing.assert_close(out, want, equal_nan=True)
-    (g,) = torch.autograd.grad(out.nan_to_num(0).sum(), x)
-    (want_g,) = torch.autograd.grad(want.nan_to_num(0).sum(), x)
-    torch.testing.assert_close(g, want_g, equal_nan=True)
 
 
 def test_docstring_examples_run():
