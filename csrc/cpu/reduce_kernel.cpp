@@ -1,5 +1,6 @@
 // The CPU ops of the reduction family: segment_reduce and reduce on the CPU scan engine
 // (host/reduce_dispatch.h), and the histogram. Schemas: csrc/registration.cpp.
+#include <ATen/ops/zeros.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

@@ -3,7 +3,8 @@
 // CUDA scan engine (compact_scatter.cu) and the fill of the slots past the count, which reads
 // the count on the device: no host synchronization. The rest is host/compact_host.cpp.
 // Schemas: csrc/registration.cpp.
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>

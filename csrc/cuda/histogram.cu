@@ -14,7 +14,8 @@
 // Counts are 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and
 // 64-bit in the output, so they are exact at any count. Nothing is read back to the host.
 #include <ATen/Context.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 

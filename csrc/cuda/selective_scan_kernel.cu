@@ -1,5 +1,6 @@
 // CUDA kernels of selective_scan: the host side of the fused forward and backward
 // (csrc/cuda/selective_scan/{forward,backward}.cuh hold the kernels).
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 

@@ -3,8 +3,9 @@
 // n = l, l + lanes, ... in place through their strides (consecutive n of a contiguous state are
 // consecutive addresses), and the team sums C * state with shuffles. A 1-D grid walks the rows
 // with a grid-stride loop (64-bit row indices; no limit from the grid's y/z sizes).
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>

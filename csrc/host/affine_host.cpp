@@ -1,5 +1,8 @@
 #include "affine_host.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ExpandUtils.h>
 
 namespace parprims::host {

@@ -4,7 +4,7 @@
 // prepared call for a device's dtype dispatch (host/affine_dispatch.h). Device-independent.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <tuple>
 

@@ -3,7 +3,7 @@
 // Device-independent (ATen only, no kernels).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <string>
 #include <vector>

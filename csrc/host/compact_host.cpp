@@ -1,5 +1,14 @@
 #include "compact_host.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/searchsorted.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 #include <cstring>
 
 #include "../include/parprims/ops.h"

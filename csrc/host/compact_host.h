@@ -8,7 +8,7 @@
 // the data (the exact-size forms).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <tuple>

@@ -4,7 +4,7 @@
 // (cuda/reduce_<op>.cu), each about the size of one scan operator's.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "../core/reduce_problems.h"
 #include "reduce_host.h"

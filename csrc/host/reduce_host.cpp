@@ -1,5 +1,8 @@
 #include "reduce_host.h"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <cmath>
 
 namespace parprims::host {

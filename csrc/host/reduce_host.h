@@ -5,7 +5,7 @@
 // ReduceRunner; histogram has its own kernels, reached through a HistogramRunner.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 

@@ -5,7 +5,7 @@
 // An Engine is a callable `engine(problem, geometry, layout)` with a `kIsCuda` constant.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/AccumulateType.h>
 #include <c10/util/complex.h>
 

@@ -1,3 +1,4 @@
+#include <ATen/ops/empty_like.h>
 #include "scan_host.h"
 
 namespace parprims::host {

@@ -4,7 +4,7 @@
 // and engine; the op returns its `result`. Device-independent.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <tuple>

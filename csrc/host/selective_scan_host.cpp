@@ -1,5 +1,9 @@
 #include "selective_scan_host.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <string>

@@ -4,7 +4,7 @@
 // finish_* (csrc/cpu/selective_scan_kernel.cpp, csrc/cuda/selective_scan_kernel.cu).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <tuple>
 

@@ -1,5 +1,6 @@
 #include "selective_state_update_host.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/MemoryOverlap.h>
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // csrc/cuda/selective_state_update_kernel.cu).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "../core/selective_state_update.h"
 

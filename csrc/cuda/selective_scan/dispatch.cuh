@@ -1,7 +1,9 @@
 // Typed launches of the selective-scan kernels on the current stream.
 #pragma once
 
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
+#include <ATen/cuda/CUDAContextLight.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // parallel): selective_scan_forward.cu and selective_scan_backward.cu.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "../../core/selective_scan.h"
 #include "common.cuh"
