@@ -4,11 +4,11 @@
 // A block takes a contiguous run of tiles (kThreads x kItems values each). A tile inside one
 // sequence adds into the block's shared bins. Without sequences and weights, when x is 16-byte
 // aligned (the common call), the block's full tiles take a lean path: 16-byte loads, 32-bit
-// offsets and bins, and the next tile's loads in flight while the current one is binned. Each thread keeps its last bin and the count (or
-// weight sum) gathered for it in registers and adds them to shared memory only when the bin
-// changes: skewed data (most values in one bin) then costs a shared atomic for a small fraction
-// of its values, and uniform data costs one plain shared atomic per value and nothing more (a
-// warp-wide match of equal bins per value, tried first, cost more than the atomics it saved:
+// offsets and bins, and the next tile's loads in flight while the current one is binned.
+// Each thread keeps its last bin and the count (or weight sum) gathered for it in registers
+// and adds them to shared memory only when the bin changes: skewed data (most values in one
+// bin) then costs a shared atomic for a small fraction of its values, and uniform data costs one
+// plain shared atomic per value and nothing more (a warp-wide match of equal bins per value, tried first, cost more than the atomics it saved:
 // 2.27 ms for 2^28 uniform values on an H200, 0.11 of the copy bandwidth). A tile that straddles
 // sequences (many short ones) adds each value straight into the output with a global atomic.
 // Counts are 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and

@@ -33,7 +33,7 @@
 #include <algorithm>
 
 #include "../../core/scan_geometry.h"
-#include "block.cuh"
+#include "warp.cuh"
 #include "engine.cuh"  // wide_access_disabled
 
 namespace parprims::cuda {
