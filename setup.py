@@ -60,7 +60,7 @@ def extension():
     nvcc = ["-O3", "-lineinfo", "--threads=2", "-DPARPRIMS_CUDA=1"]
     return cpp_extension.CUDAExtension(
         "torch_parprims._C",
-        srcs + sources("csrc/cuda/*.cu"),
+        srcs + sources("csrc/cuda/*.cpp") + sources("csrc/cuda/*.cu"),
         extra_compile_args={"cxx": cxx + ["-DPARPRIMS_CUDA=1"], "nvcc": nvcc},
         extra_link_args=LINK + omp,
     )

@@ -1,5 +1,5 @@
 // The one TORCH_LIBRARY block: every schema of the library. Each op's kernels are in
-// csrc/cpu/<family>_kernel.cpp and csrc/cuda/<family>_kernel.cu (scan_kernel, affine_kernel, selective_scan_kernel, ...),
+// csrc/cpu/<family>_kernel.cpp and csrc/cuda/<family>_kernel.cpp (scan_kernel, affine_kernel, selective_scan_kernel, ...),
 // registered there by name. Dims are counted over the whole tensor, negative from the end.
 #include <torch/library.h>
 

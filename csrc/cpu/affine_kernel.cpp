@@ -17,7 +17,7 @@ std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at:
                                                const OptTensor& initial_state, const OptTensor& offsets,
                                                bool reverse, bool log_gates) {
   const auto c = host::prepare_affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, kExclusive);
-  if (c.launch) host::dispatch_affine(c, Engine{});
+  if (c.launch) host::dispatch_affine(c.call, Engine{});
   return c.result();
 }
 
@@ -25,7 +25,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> affine_scan_backward_op(
     const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h, const OptTensor& grad_final,
     const OptTensor& initial_state, int64_t dim, bool reverse, bool log_gates) {
   const auto c = host::prepare_affine_scan_backward(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates);
-  if (c.launch) host::dispatch_affine_grad(c, Engine{});
+  if (c.launch) host::dispatch_affine_grad(c.call, Engine{});
   return c.result();
 }
 
@@ -34,7 +34,7 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, co
                                                       const OptTensor& initial_state,
                                                       const OptTensor& offsets, bool reverse) {
   const auto c = host::prepare_matrix_affine_scan(A, b, dim, initial_state, offsets, reverse, kExclusive);
-  if (c.launch) host::dispatch_matrix_affine(c, Engine{});
+  if (c.launch) host::dispatch_matrix_affine(c.call, Engine{});
   return c.result();
 }
 

@@ -24,7 +24,7 @@ void fill_tail(const at::Tensor& slots, int64_t count, const unsigned char* bits
 }
 
 void run_compact(const host::PreparedCompact& c) {
-  host::dispatch_compact(c, Engine{});
+  if (c.launch) host::dispatch_compact(c.call, Engine{});
   // On the CPU the count is already on the host: no synchronization to avoid.
   const int64_t count = c.count.item<int64_t>();
   if (c.values.defined()) fill_tail(c.values, count, c.fill.bytes);

@@ -16,7 +16,7 @@
 namespace parprims::cpu {
 namespace {
 
-void run_reduce(const host::PreparedReduce& c) { host::dispatch_reduce(c, Engine{}); }
+void run_reduce(const host::PreparedReduce& c) { host::dispatch_reduce(c.call, Engine{}); }
 
 // Elements per task of a histogram over one long range (each task fills its own bins).
 constexpr int64_t kHistogramChunk = 1 << 16;

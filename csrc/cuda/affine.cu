@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void affine(const host::PreparedAffine& c) { host::dispatch_affine(c, Engine{c.b}); }
+void affine(const host::AffineCall& c, const LaunchContext& ctx) { host::dispatch_affine(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

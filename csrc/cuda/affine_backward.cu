@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void affine_grad(const host::PreparedAffineGrad& c) { host::dispatch_affine_grad(c, Engine{c.h}); }
+void affine_grad(const host::AffineGradCall& c, const LaunchContext& ctx) {
+  host::dispatch_affine_grad(c, Engine{ctx});
+}
 
 }  // namespace parprims::cuda

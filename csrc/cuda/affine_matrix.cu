@@ -6,6 +6,8 @@
 
 namespace parprims::cuda {
 
-void matrix_affine(const host::PreparedMatrixAffine& c) { host::dispatch_matrix_affine(c, Engine{c.b}); }
+void matrix_affine(const host::MatrixAffineCall& c, const LaunchContext& ctx) {
+  host::dispatch_matrix_affine(c, Engine{ctx});
+}
 
 }  // namespace parprims::cuda

@@ -1,13 +1,19 @@
-// The CUDA instantiation of the compaction on the scan engine (compact_scatter.cu), in its own
-// translation unit so that the build compiles it in parallel with compact_kernel.cu.
+// The CUDA kernels of the compaction (compact_scatter.cu), in their own translation unit so
+// that the build compiles them in parallel with the rest; compact_kernel.cpp holds the ops.
 #pragma once
 
-#include "../host/compact_host.h"
+#include "../host/compact_call.h"
+#include "launch_context.h"
 
 namespace parprims::cuda {
 
 // The engine's scan of the keep flags with the scatter of the kept elements (and positions)
-// and the count; slots past the count are left to the caller.
-void compact_scatter(const host::PreparedCompact& c);
+// and the count; slots past the count are left to fill_tail.
+void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx);
+
+// slots[i] = the `element_bytes`-byte pattern `bits` for i in [*count, capacity): the count is
+// only known on the device, so nothing is read back.
+void fill_tail(void* slots, int64_t element_bytes, int64_t capacity, const int64_t* count, const FillBits& bits,
+               const LaunchContext& ctx);
 
 }  // namespace parprims::cuda

@@ -13,18 +13,14 @@
 // sequences (many short ones) adds each value straight into the output with a global atomic.
 // Counts are 32-bit in shared memory (a block adds fewer than 2^32 values between flushes) and
 // 64-bit in the output, so they are exact at any count. Nothing is read back to the host.
-#include <ATen/Context.h>
-#include <ATen/cuda/CUDAContextLight.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "../core/histogram.h"
 #include "../core/scan_geometry.h"
-#include "../host/reduce_host.h"
+#include "../host/reduce_call.h"
 #include "../host/scan_dispatch.h"
 #include "reduce_instantiations.h"
 
@@ -292,67 +288,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-ScanGeometry sequences_of(const host::PreparedHistogram& c) {
-  return host::make_geometry(1, c.x.numel(), c.offsets, false, false);
-}
-
 template <class T, class Acc>
-void launch_histogram(const host::PreparedHistogram& c) {
+void launch_histogram(const host::HistogramCall& c, const LaunchContext& ctx) {
   using C = host::compute_t<T>;
   using Shared = typename SharedBin<Acc>::type;
   HistogramParams<T, Acc> p;
-  p.x = c.x.const_data_ptr<T>();
-  p.weights = c.weights.defined() ? c.weights.const_data_ptr<Acc>() : nullptr;
-  p.out = c.out.data_ptr<Acc>();
-  p.n = c.x.numel();
+  p.x = static_cast<const T*>(c.x);
+  p.weights = static_cast<const Acc*>(c.weights);
+  p.out = static_cast<Acc*>(c.out);
+  p.n = c.n;
   p.bins = {static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins};
   p.inv_range = C(1) / (p.bins.hi - p.bins.lo);
   p.scale = static_cast<C>(c.bins) * p.inv_range;
-  p.g = sequences_of(c);
+  p.g = c.sequences;
   const int64_t shared_bytes = (c.bins + 1) * static_cast<int64_t>(sizeof(Shared));  // + the wide path's spare slot
   p.shared_bins = shared_bytes <= kSharedBinBytes;
-  p.wide = p.shared_bins && p.weights == nullptr && !c.offsets.defined() && std::is_same_v<Acc, int64_t> &&
+  p.wide = p.shared_bins && p.weights == nullptr && c.sequences.segments.offsets == nullptr && std::is_same_v<Acc, int64_t> &&
            reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
   const int64_t tiles = (p.n + kTile - 1) / kTile;
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  int64_t blocks = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * kBlocksPerSM);
+  int64_t blocks = std::min<int64_t>(tiles, static_cast<int64_t>(ctx.sm_count) * kBlocksPerSM);
   blocks = std::max<int64_t>(blocks, (p.n + kMaxRunValues - 1) / kMaxRunValues);
   p.tiles_per_block = (tiles + blocks - 1) / blocks;
   blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block;
-  histogram_kernel<T, Acc><<<static_cast<unsigned>(blocks), kThreads, p.shared_bins ? shared_bytes : 0,
-                             at::cuda::getCurrentCUDAStream()>>>(p);
+  histogram_kernel<T, Acc><<<static_cast<unsigned>(blocks), kThreads, p.shared_bins ? shared_bytes : 0, ctx.stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <class T>
-void launch_bin_index(const host::PreparedHistogram& c) {
+void launch_bin_index(const host::HistogramCall& c, const LaunchContext& ctx) {
   using C = host::compute_t<T>;
-  const int64_t n = c.x.numel();
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
-  bin_index_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-      c.x.const_data_ptr<T>(), c.index.data_ptr<int64_t>(), n,
-      HistogramBins<C>{static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins}, sequences_of(c));
+  const int64_t blocks = std::min<int64_t>((c.n + kThreads - 1) / kThreads, 65536);
+  bin_index_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, ctx.stream>>>(
+      static_cast<const T*>(c.x), c.index, c.n, HistogramBins<C>{static_cast<C>(c.lo), static_cast<C>(c.hi), c.bins},
+      c.sequences);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <class Acc>
-void histogram_for(const host::PreparedHistogram& c) {
-  host::visit_floating(c.x.scalar_type(), [&](auto tag) { launch_histogram<typename decltype(tag)::type, Acc>(c); });
+void histogram_for(const host::HistogramCall& c, const LaunchContext& ctx) {
+  host::visit_floating(c.dtype, [&](auto tag) { launch_histogram<typename decltype(tag)::type, Acc>(c, ctx); });
 }
 
 }  // namespace
 
-void histogram(const host::PreparedHistogram& c) {
-  const c10::cuda::CUDAGuard guard(c.x.device());
-  if (c.index.defined()) {
-    return host::visit_floating(c.x.scalar_type(), [&](auto tag) { launch_bin_index<typename decltype(tag)::type>(c); });
+void histogram(const host::HistogramCall& c, const LaunchContext& ctx) {
+  if (c.index != nullptr) {
+    return host::visit_floating(c.dtype, [&](auto tag) { launch_bin_index<typename decltype(tag)::type>(c, ctx); });
   }
-  // Weight sums add floats in the order the atomics land; counts are exact integers.
-  if (c.weights.defined()) at::globalContext().alertNotDeterministic("torch_parprims.histogram with weights on CUDA");
-  switch (c.out.scalar_type()) {
-    case at::kLong: return histogram_for<int64_t>(c);
-    case at::kFloat: return histogram_for<float>(c);
-    case at::kDouble: return histogram_for<double>(c);
+  switch (c.out_dtype) {
+    case c10::kLong: return histogram_for<int64_t>(c, ctx);
+    case c10::kFloat: return histogram_for<float>(c, ctx);
+    case c10::kDouble: return histogram_for<double>(c, ctx);
     default: TORCH_INTERNAL_ASSERT(false, "histogram: unexpected output dtype");
   }
 }

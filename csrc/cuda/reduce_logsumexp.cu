@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_logsumexp(const host::PreparedReduce& c) { host::dispatch_reduce_logsumexp(c, SegmentReduceEngine{c.in}); }
+void reduce_logsumexp(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_logsumexp(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_max(const host::PreparedReduce& c) { host::dispatch_reduce_max(c, SegmentReduceEngine{c.in}); }
+void reduce_max(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_max(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

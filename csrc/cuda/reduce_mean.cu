@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_mean(const host::PreparedReduce& c) { host::dispatch_reduce_mean(c, SegmentReduceEngine{c.in}); }
+void reduce_mean(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_mean(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_min(const host::PreparedReduce& c) { host::dispatch_reduce_min(c, SegmentReduceEngine{c.in}); }
+void reduce_min(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_min(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

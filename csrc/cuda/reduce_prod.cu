@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_prod(const host::PreparedReduce& c) { host::dispatch_reduce_prod(c, SegmentReduceEngine{c.in}); }
+void reduce_prod(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_prod(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

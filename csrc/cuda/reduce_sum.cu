@@ -5,6 +5,8 @@
 
 namespace parprims::cuda {
 
-void reduce_sum(const host::PreparedReduce& c) { host::dispatch_reduce_sum(c, SegmentReduceEngine{c.in}); }
+void reduce_sum(const host::ReduceCall& c, const LaunchContext& ctx) {
+  host::dispatch_reduce_sum(c, SegmentReduceEngine{ctx});
+}
 
 }  // namespace parprims::cuda

@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void scan_add(const host::PreparedScan& c) { host::dispatch_scan_add(c, Engine{c.in}); }
+void scan_add(const host::ScanCall& c, const LaunchContext& ctx) { host::dispatch_scan_add(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

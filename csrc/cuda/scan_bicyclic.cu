@@ -6,6 +6,8 @@
 
 namespace parprims::cuda {
 
-void scan_bicyclic(const host::PreparedBicyclic& c) { host::dispatch_scan_bicyclic(c, Engine{c.p_in}); }
+void scan_bicyclic(const host::BicyclicCall& c, const LaunchContext& ctx) {
+  host::dispatch_scan_bicyclic(c, Engine{ctx});
+}
 
 }  // namespace parprims::cuda

@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void scan_logaddexp(const host::PreparedScan& c) { host::dispatch_scan_logaddexp(c, Engine{c.in}); }
+void scan_logaddexp(const host::ScanCall& c, const LaunchContext& ctx) { host::dispatch_scan_logaddexp(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

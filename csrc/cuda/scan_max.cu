@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void scan_max(const host::PreparedScan& c) { host::dispatch_scan_max(c, Engine{c.in}); }
+void scan_max(const host::ScanCall& c, const LaunchContext& ctx) { host::dispatch_scan_max(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

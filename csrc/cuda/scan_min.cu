@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void scan_min(const host::PreparedScan& c) { host::dispatch_scan_min(c, Engine{c.in}); }
+void scan_min(const host::ScanCall& c, const LaunchContext& ctx) { host::dispatch_scan_min(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

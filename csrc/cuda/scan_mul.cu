@@ -5,6 +5,6 @@
 
 namespace parprims::cuda {
 
-void scan_mul(const host::PreparedScan& c) { host::dispatch_scan_mul(c, Engine{c.in}); }
+void scan_mul(const host::ScanCall& c, const LaunchContext& ctx) { host::dispatch_scan_mul(c, Engine{ctx}); }
 
 }  // namespace parprims::cuda

@@ -5,8 +5,8 @@
 
 namespace parprims::cuda {
 
-void scan_with_indices(const host::PreparedScanWithIndices& c) {
-  host::dispatch_scan_with_indices(c, Engine{c.in});
+void scan_with_indices(const host::ScanWithIndicesCall& c, const LaunchContext& ctx) {
+  host::dispatch_scan_with_indices(c, Engine{ctx});
 }
 
 }  // namespace parprims::cuda

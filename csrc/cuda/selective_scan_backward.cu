@@ -4,30 +4,32 @@
 
 namespace parprims::cuda {
 
-SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype) {
+SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
+                                                 const LaunchContext& ctx) {
   auto s = selective_scan_channel_shape(p, Policy::kStatesPerThread);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
-    add_time_segments(s, p, resident_blocks(selective_scan_backward_kernel<In, Acc, false>, smem));
+    add_time_segments(s, p, resident_blocks(ctx, selective_scan_backward_kernel<In, Acc, false>, smem));
   });
   return s;
 }
 
 void launch_selective_scan_backward(const SelectiveScanParams& p, const SelectiveScanGrads& grads,
-                                    const SelectiveScanShape& shape, at::ScalarType input_dtype) {
+                                    const SelectiveScanShape& shape, c10::ScalarType input_dtype,
+                                    const LaunchContext& ctx) {
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
     run_time_segments<Acc>(
-        shape, p, /*reverse=*/true,
+        ctx, shape, p, /*reverse=*/true,
         [&](const SelectiveScanShape& s) {
-          launch_blocks(selective_scan_backward_kernel<In, Acc, true>, smem, s.blocks, p, grads, s);
+          launch_blocks(ctx, selective_scan_backward_kernel<In, Acc, true>, smem, s.blocks, p, grads, s);
         },
         [&](const SelectiveScanShape& s) {
-          launch_blocks(selective_scan_backward_kernel<In, Acc, false>, smem, s.blocks, p, grads, s);
+          launch_blocks(ctx, selective_scan_backward_kernel<In, Acc, false>, smem, s.blocks, p, grads, s);
         });
   });
 }

@@ -58,19 +58,20 @@ constexpr auto forward_kernel() {
   return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary>;
 }
 
-SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype) {
+SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
+                                                const LaunchContext& ctx) {
   auto s = selective_scan_channel_shape(p, Policy::kForwardStatesPerThread);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = ForwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
-    add_time_segments(s, p, resident_blocks(forward_kernel<In, Acc, false, false>(), smem));
+    add_time_segments(s, p, resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), smem));
   });
   return s;
 }
 
 void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
-                                   at::ScalarType input_dtype) {
+                                   c10::ScalarType input_dtype, const LaunchContext& ctx) {
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
@@ -78,13 +79,13 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
     // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
     const bool both = p.B.variable && p.C.variable;
     run_time_segments<Acc>(
-        shape, p, /*reverse=*/false,
+        ctx, shape, p, /*reverse=*/false,
         [&](const SelectiveScanShape& s) {
-          launch_blocks(both ? forward_kernel<In, Acc, true, true>() : forward_kernel<In, Acc, false, true>(), smem,
+          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, true>() : forward_kernel<In, Acc, false, true>(), smem,
                         s.blocks, p, s);
         },
         [&](const SelectiveScanShape& s) {
-          launch_blocks(both ? forward_kernel<In, Acc, true, false>() : forward_kernel<In, Acc, false, false>(),
+          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, false>() : forward_kernel<In, Acc, false, false>(),
                         smem, s.blocks, p, s);
         });
   });

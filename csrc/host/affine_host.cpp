@@ -80,9 +80,6 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
   PreparedAffine args;
   args.a = a.expand_as(b);
   args.b = b;
-  args.dim = dim;
-  args.rows = row_count(b, dim);
-  args.log_gates = log_gates;
   args.h = at::empty_like(b);
   const auto sdtype = state_dtype(t);
   const auto shape = state_shape(b, dim, segment_count(offsets), offsets.has_value());
@@ -91,7 +88,21 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
                                     offsets.has_value() || b.size(dim) == 0);
   args.offsets = packed;
   args.launch = b.numel() > 0;
-  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
+  if (args.launch) {
+    auto& call = args.call;
+    call.rows = row_count(b, dim);
+    const auto rows = set_engine_call(call, {args.b, args.a, args.h}, dim,
+                                      make_geometry(call.rows, b.size(dim), packed, exclusive, reverse));
+    call.a = args.a.const_data_ptr();
+    call.b = args.b.const_data_ptr();
+    call.h = args.h.data_ptr();
+    call.initial = args.initial.defined() ? args.initial.const_data_ptr() : nullptr;
+    call.final_state = args.final_state.data_ptr();
+    call.b_rows = rows[0];
+    call.a_rows = rows[1];
+    call.h_rows = rows[2];
+    call.log_gates = log_gates;
+  }
   return args;
 }
 
@@ -114,10 +125,6 @@ PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::T
   args.a = a.expand_as(h);
   args.h = h;
   args.grad_h = grad_h;
-  args.dim = dim;
-  args.rows = row_count(h, dim);
-  args.reverse = reverse;
-  args.log_gates = log_gates;
   args.initial = prepare_initial(initial_state, h, shape, sdtype);
   if (grad_final.has_value()) {
     TORCH_CHECK(grad_final->sizes() == at::IntArrayRef(shape), "grad_final: expected shape ",
@@ -132,7 +139,28 @@ PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::T
                                                               : at::zeros(shape, h.options().dtype(sdtype)))
                                  : at::empty(shape, h.options().dtype(sdtype));
   args.launch = h.numel() > 0;
-  if (args.launch) args.geometry = make_geometry(args.rows, h.size(dim), at::Tensor(), false, !reverse);
+  if (args.launch) {
+    auto& call = args.call;
+    call.rows = row_count(h, dim);
+    call.len = h.size(dim);
+    const auto rows = set_engine_call(call, {args.h, args.a, args.grad_h, args.grad_a, args.grad_b}, dim,
+                                      make_geometry(call.rows, h.size(dim), at::Tensor(), false, !reverse));
+    call.h = args.h.const_data_ptr();
+    call.a = args.a.const_data_ptr();
+    call.grad_h = args.grad_h.const_data_ptr();
+    call.grad_a = args.grad_a.data_ptr();
+    call.grad_b = args.grad_b.data_ptr();
+    call.grad_final = args.grad_final.defined() ? args.grad_final.const_data_ptr() : nullptr;
+    call.initial = args.initial.defined() ? args.initial.const_data_ptr() : nullptr;
+    call.grad_initial = args.grad_initial.data_ptr();
+    call.h_rows = rows[0];
+    call.a_rows = rows[1];
+    call.grad_h_rows = rows[2];
+    call.grad_a_rows = rows[3];
+    call.grad_b_rows = rows[4];
+    call.log_gates = log_gates;
+    call.forward_reverse = reverse;
+  }
   return args;
 }
 
@@ -176,9 +204,6 @@ PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::T
   args.A = A.expand(A_shape);
   args.b = b;
   args.h = at::empty_like(b);
-  args.dim = dim;
-  args.rows = row_count(b_lead, dim);
-  args.d = d;
   auto shape = state_shape(b_lead, dim, segment_count(offsets), offsets.has_value());
   shape.push_back(d);
   args.initial = prepare_initial(initial_state, b, shape, b.scalar_type());
@@ -186,7 +211,26 @@ PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::T
                                     offsets.has_value() || b.size(dim) == 0);
   args.offsets = packed;
   args.launch = b.numel() > 0;
-  if (args.launch) args.geometry = make_geometry(args.rows, b.size(dim), packed, exclusive, reverse);
+  if (args.launch) {
+    auto& call = args.call;
+    call.rows = row_count(b_lead, dim);
+    call.d = static_cast<int>(d);
+    // Rows and the scanned dimension come from the leading dims (state dims dropped).
+    const auto rows = set_engine_call(call, {b_lead, args.A.select(-1, 0).select(-1, 0), args.h.select(-1, 0)}, dim,
+                                      make_geometry(call.rows, b.size(dim), packed, exclusive, reverse));
+    call.A = args.A.const_data_ptr();
+    call.b = args.b.const_data_ptr();
+    call.h = args.h.data_ptr();
+    call.initial = args.initial.defined() ? args.initial.const_data_ptr() : nullptr;
+    call.final_state = args.final_state.data_ptr();
+    call.b_rows = rows[0];
+    call.A_rows = rows[1];
+    call.h_rows = rows[2];
+    call.A_row_stride = args.A.stride(-2);
+    call.A_col_stride = args.A.stride(-1);
+    call.b_stride = args.b.stride(-1);
+    call.h_stride = args.h.stride(-1);
+  }
   return args;
 }
 

@@ -1,14 +1,15 @@
 // Host side of the affine recurrences (affine_scan, matrix_affine_scan and their exclusive
 // forms), shared by the CPU and CUDA kernel files: checks, broadcasting (as strided views,
 // never materialized), state shapes, output allocation, geometry. Each prepare_* returns a
-// prepared call for a device's dtype dispatch (host/affine_dispatch.h). Device-independent.
+// prepared call: the tensors, and the plain kernel call (host/affine_call.h) for a device's
+// dtype dispatch (host/affine_dispatch.h). Device-independent.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <tuple>
 
-#include "../core/scan_geometry.h"
+#include "affine_call.h"
 #include "common.h"
 
 namespace parprims::host {
@@ -18,12 +19,9 @@ struct PreparedAffine {
   at::Tensor a, b, h;
   at::Tensor initial;      // undefined for zeros
   at::Tensor final_state;  // always allocated; every entry written unless a sequence is empty
-  int64_t dim = 0;
-  int64_t rows = 0;
-  bool log_gates = false;
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
   bool launch = false;  // false when b has no elements
+  AffineCall call;      // set when `launch`
   std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
 };
 PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim,
@@ -38,12 +36,8 @@ struct PreparedAffineGrad {
   at::Tensor a, h, grad_h;
   at::Tensor grad_final, initial;  // undefined for zeros
   at::Tensor grad_a, grad_b, grad_initial;
-  int64_t dim = 0;
-  int64_t rows = 0;
-  bool reverse = false;  // the forward's direction
-  bool log_gates = false;
-  ScanGeometry geometry;
   bool launch = false;
+  AffineGradCall call;  // set when `launch`
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result() const { return {grad_a, grad_b, grad_initial}; }
 };
 PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h,
@@ -55,12 +49,9 @@ PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::T
 // indexes b (all of its dims, as every op counts them) and is never its last, state dim.
 struct PreparedMatrixAffine {
   at::Tensor A, b, h, initial, final_state;
-  int64_t dim = 0;
-  int64_t rows = 0;
-  int64_t d = 0;
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
   bool launch = false;
+  MatrixAffineCall call;  // set when `launch`
   std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
 };
 PreparedMatrixAffine prepare_matrix_affine_scan(const at::Tensor& A, const at::Tensor& b, int64_t dim,

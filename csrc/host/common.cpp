@@ -186,4 +186,13 @@ ScanGeometry make_geometry(int64_t rows, int64_t len, const at::Tensor& offsets,
   return g;
 }
 
+std::vector<RowIndexer> set_engine_call(EngineCall& call, const std::vector<at::Tensor>& operands, int64_t dim,
+                                        const ScanGeometry& geometry) {
+  call.dtype = operands.front().scalar_type();
+  call.geometry = geometry;
+  auto rows = row_indexers(operands, dim);
+  call.layout = classify_layout(rows.data(), static_cast<int>(rows.size()), geometry.len);
+  return rows;
+}
+
 }  // namespace parprims::host

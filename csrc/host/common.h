@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../core/scan_geometry.h"
+#include "engine_call.h"
 
 namespace parprims::host {
 
@@ -52,5 +53,10 @@ void set_checks_enabled(bool on);
 // `offsets`: contiguous (from checked_offsets), or undefined for one segment per row.
 ScanGeometry make_geometry(int64_t rows, int64_t len, const at::Tensor& offsets, bool exclusive,
                            bool reverse);
+
+// Sets `call`'s geometry, its dtype (the first operand's) and the layout of `operands` (one
+// shape) scanned along `dim`; returns their row indexers, in order.
+std::vector<RowIndexer> set_engine_call(EngineCall& call, const std::vector<at::Tensor>& operands, int64_t dim,
+                                        const ScanGeometry& geometry);
 
 }  // namespace parprims::host

@@ -81,7 +81,6 @@ PreparedCompact prepare_compact(const at::Tensor& source, const at::Tensor& mask
   TORCH_INTERNAL_ASSERT(mask_flat.dim() == 1 && mask_flat.scalar_type() == at::kBool);
   PreparedCompact c;
   c.mask = mask_flat.contiguous();
-  c.capacity = capacity;
   const auto index_options = c.mask.options().dtype(at::kLong);
   if (source.defined()) {
     TORCH_INTERNAL_ASSERT(source.dim() == 1 && source.size(0) == c.mask.size(0));
@@ -94,8 +93,19 @@ PreparedCompact prepare_compact(const at::Tensor& source, const at::Tensor& mask
   if (want_indices) c.indices = at::empty({capacity}, index_options);
   c.count = at::zeros({}, index_options);
   c.launch = c.mask.numel() > 0;
+  auto& call = c.call;
   // One row, scanned exclusively: each position receives the number of kept positions before it.
-  if (c.launch) c.geometry = make_geometry(1, c.mask.numel(), at::Tensor(), /*exclusive=*/true, /*reverse=*/false);
+  call.geometry = make_geometry(1, c.mask.numel(), at::Tensor(), /*exclusive=*/true, /*reverse=*/false);
+  call.layout = ScanLayout{/*dense_rows=*/true, /*rows_adjacent=*/false};
+  call.mask = c.mask.const_data_ptr<bool>();
+  if (c.source.defined()) {
+    call.source = c.source.const_data_ptr();
+    call.values = c.values.data_ptr();
+    call.element_bytes = c.source.element_size();
+  }
+  if (c.indices.defined()) call.indices = c.indices.data_ptr<int64_t>();
+  call.count = c.count.data_ptr<int64_t>();
+  call.capacity = capacity;
   return c;
 }
 

@@ -3,7 +3,7 @@
 //
 // One kernel does the device work: the compaction of a flat bool mask on the scan engine
 // (core/compact_problems.h), reached through a CompactRunner that each device's kernel file
-// supplies (cpu/compact_kernel.cpp, cuda/compact_kernel.cu). Everything else here is ATen and
+// supplies (cpu/compact_kernel.cpp, cuda/compact_kernel.cpp). Everything else here is ATen and
 // the library's own scan, with no host synchronization except where an op's size depends on
 // the data (the exact-size forms).
 #pragma once
@@ -13,8 +13,8 @@
 #include <optional>
 #include <tuple>
 
-#include "../core/compact_problems.h"
 #include "common.h"
+#include "compact_call.h"
 
 namespace parprims::host {
 
@@ -27,10 +27,9 @@ struct PreparedCompact {
   at::Tensor values;   // (capacity,) of source's dtype; undefined without source
   at::Tensor indices;  // (capacity,) int64; undefined when not wanted
   at::Tensor count;    // 0-d int64, zeroed here (an empty mask launches nothing)
-  int64_t capacity = 0;
   FillBits fill;       // fill_value's bits in the values' dtype
-  ScanGeometry geometry;
-  bool launch = false;
+  bool launch = false;  // false for an empty mask
+  CompactCall call;     // set when `launch`
 };
 
 // The device part: the engine's scan-and-scatter, then the fill of the slots past the count.

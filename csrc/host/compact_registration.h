@@ -1,6 +1,6 @@
 // The compaction family's kernel table, shared by the CPU and CUDA registrations: every op is
 // device-independent host code (host/compact_host.cpp) around one device step, `Run`, the
-// compaction itself (cpu/compact_kernel.cpp, cuda/compact_kernel.cu).
+// compaction itself (cpu/compact_kernel.cpp, cuda/compact_kernel.cpp).
 #pragma once
 
 #include <torch/library.h>

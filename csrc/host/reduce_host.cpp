@@ -1,9 +1,12 @@
 #include "reduce_host.h"
 
+#include <ATen/core/Scalar.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <cmath>
+
+#include "reduce_dispatch.h"
 
 namespace parprims::host {
 
@@ -60,32 +63,71 @@ at::Tensor reduction_output(const at::Tensor& in, int64_t dim, int64_t positions
   return at::empty(shape, in.options().dtype(reduce_output_dtype(op, in.scalar_type())));
 }
 
+// An engine that runs nothing: the dtype dispatch hands it the problem of a call, and it keeps
+// what an empty segment gives for that problem's monoid (ReduceTraits::empty_result). The
+// device's engine type sets the accumulate type, as in the real dispatch; the value does not
+// depend on it.
+struct EmptyResultOf {
+  static constexpr bool kIsCuda = false;
+  at::Scalar* value;
+  template <class P>
+  void operator()(const P&, const ScanGeometry&, const ScanLayout&) const {
+    *value = at::Scalar(ReduceTraits<typename P::Monoid>::empty_result());
+  }
+};
+
+// Fills `out` with the empty result, then the plain call from the prepared tensors, and runs
+// the reduction when there is something to reduce.
+void fill_and_run(PreparedReduce& c, int64_t dim, ReduceRunner run) {
+  auto& call = c.call;
+  call.dtype = c.in.scalar_type();
+  at::Scalar empty;
+  dispatch_reduce(call, EmptyResultOf{&empty});
+  c.out.fill_(empty);
+  // No outputs (no sequences) leaves nothing to do; on CUDA, unvalidated offsets may then
+  // still claim elements, and the engine's segment search needs at least one segment.
+  if (c.in.numel() == 0 || c.out.numel() == 0) return;
+  std::vector<at::Tensor> operands{c.in, c.out};
+  if (c.mask.defined()) operands.push_back(c.mask);
+  const auto rows = set_engine_call(call, operands, dim, call.geometry);
+  call.layout = classify_layout(&rows[0], 1, call.geometry.len);  // the input's alone (reduce_call.h)
+  call.in = c.in.const_data_ptr();
+  call.out = c.out.data_ptr();
+  call.in_rows = rows[0];
+  call.out_rows = rows[1];
+  if (c.mask.defined()) {
+    call.mask = c.mask.const_data_ptr<bool>();
+    call.mask_rows = rows[2];
+  }
+  run(c);
+}
+
 }  // namespace
 
 at::Tensor segment_reduce(const at::Tensor& x, const at::Tensor& offsets, c10::string_view op_name, int64_t dim,
                           ReduceRunner run) {
   PreparedReduce c;
-  c.op = parse_reduce_op(op_name);
-  check_reduce_dtype(c.op, x.scalar_type());
+  const ReduceOp op = c.call.op = parse_reduce_op(op_name);
+  check_reduce_dtype(op, x.scalar_type());
   TORCH_CHECK(x.dim() >= 1, "x: expected at least one dimension (the packed one), got a 0-d tensor");
   c.in = x;
-  c.dim = wrap_dim(x, dim);
-  c.offsets = checked_offsets(offsets, x, x.size(c.dim));
+  dim = wrap_dim(x, dim);
+  c.offsets = checked_offsets(offsets, x, x.size(dim));
   const int64_t segments = c.offsets.numel() - 1;
-  c.out = reduction_output(x, c.dim, segments, c.op);
+  c.out = reduction_output(x, dim, segments, op);
   c.result = c.out;
-  c.geometry = make_geometry(row_count(x, c.dim), x.size(c.dim), c.offsets, false, false);
-  run(c);
+  c.call.geometry = make_geometry(row_count(x, dim), x.size(dim), c.offsets, false, false);
+  fill_and_run(c, dim, run);
   return c.result;
 }
 
 at::Tensor reduce(const at::Tensor& x, int64_t dim, c10::string_view op_name, const std::optional<at::Tensor>& mask,
                   bool keepdim, ReduceRunner run) {
   PreparedReduce c;
-  c.op = parse_reduce_op(op_name);
-  check_reduce_dtype(c.op, x.scalar_type());
+  const ReduceOp op = c.call.op = parse_reduce_op(op_name);
+  check_reduce_dtype(op, x.scalar_type());
   c.in = as_vector_if_scalar(x);
-  c.dim = wrap_dim(c.in, dim);
+  dim = wrap_dim(c.in, dim);
   if (mask.has_value()) {
     TORCH_CHECK(mask->scalar_type() == at::kBool, "mask: expected a torch.bool tensor, got ",
                 dtype_name(mask->scalar_type()));
@@ -95,10 +137,10 @@ at::Tensor reduce(const at::Tensor& x, int64_t dim, c10::string_view op_name, co
                 x.sizes(), ", got ", mask->sizes());
     c.mask = as_vector_if_scalar(mask->expand(x.sizes()));
   }
-  c.out = reduction_output(c.in, c.dim, 1, c.op);
-  c.result = x.dim() == 0 ? c.out.reshape({}) : keepdim ? c.out : c.out.squeeze(c.dim);
-  c.geometry = make_geometry(row_count(c.in, c.dim), c.in.size(c.dim), at::Tensor(), false, false);
-  run(c);
+  c.out = reduction_output(c.in, dim, 1, op);
+  c.result = x.dim() == 0 ? c.out.reshape({}) : keepdim ? c.out : c.out.squeeze(dim);
+  c.call.geometry = make_geometry(row_count(c.in, dim), c.in.size(dim), at::Tensor(), false, false);
+  fill_and_run(c, dim, run);
   return c.result;
 }
 

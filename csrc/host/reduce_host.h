@@ -9,31 +9,29 @@
 
 #include <optional>
 
-#include "../core/scan_geometry.h"
 #include "common.h"
+#include "reduce_call.h"
 
 namespace parprims::host {
 
-// The reductions by name, as the schemas take them.
-enum class ReduceOp { kSum, kMean, kMax, kMin, kProd, kLogSumExp };
+// The reductions by name, as the schemas take them (ReduceOp: host/reduce_call.h).
 ReduceOp parse_reduce_op(c10::string_view op);
 
 // The dtype of a reduction's output: int64 for sum and prod over integers and bool (as
 // torch.sum and torch.prod), the input's otherwise.
 at::ScalarType reduce_output_dtype(ReduceOp op, at::ScalarType in);
 
-// One reduction on an engine: `in` reduced along `dim` into `out`, which has `in`'s shape with
-// `dim` of size S (segments) or 1 (reduce). `out` is filled by the runner's dispatch: first with
-// the empty result, then with every non-empty (row, segment)'s value.
+// One reduction on an engine: `in` reduced along its dim into `out`, which has `in`'s shape
+// with that dim of size S (segments) or 1 (reduce). The host fills `out` with the empty result
+// first; the runner reduces every non-empty (row, segment) into it. It is not called when
+// there is nothing to reduce.
 struct PreparedReduce {
-  ReduceOp op;
   at::Tensor in;       // x (a 0-d x as a 1-element vector)
   at::Tensor mask;     // bool, expanded to in's shape; undefined without a mask
   at::Tensor out;      // what the engine writes
   at::Tensor result;   // what the op returns: out, or a view of it
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  int64_t dim = 0;
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
+  ReduceCall call;
 };
 
 using ReduceRunner = void (*)(const PreparedReduce&);

@@ -1,6 +1,6 @@
 // The reduction family's kernel table, shared by the CPU and CUDA registrations: every op is
 // device-independent host code (host/reduce_host.cpp) around one device step, `Reduce` (the
-// scan engine's reduction) or `Histogram` (cpu/reduce_kernel.cpp, cuda/reduce_kernel.cu).
+// scan engine's reduction) or `Histogram` (cpu/reduce_kernel.cpp, cuda/reduce_kernel.cpp).
 #pragma once
 
 #include <torch/library.h>

@@ -49,6 +49,7 @@ ScanGeometry geometry_for(const at::Tensor& x, int64_t dim, const at::Tensor& of
   return make_geometry(row_count(x, dim), x.size(dim), offsets, exclusive, reverse);
 }
 
+
 }  // namespace
 
 PreparedScan prepare_scan(const at::Tensor& x_in, const c10::optional<at::Tensor>& offsets,
@@ -57,12 +58,18 @@ PreparedScan prepare_scan(const at::Tensor& x_in, const c10::optional<at::Tensor
   c.op = parse_scan_op(op_name);
   check_scan_dtype(c.op, x_in.scalar_type());
   c.in = as_vector_if_scalar(x_in);
-  c.dim = wrap_dim(c.in, dim_in);
-  c.offsets = checked_offsets(offsets, c.in, c.in.size(c.dim));
+  const int64_t dim = wrap_dim(c.in, dim_in);
+  c.offsets = checked_offsets(offsets, c.in, c.in.size(dim));
   c.out = at::empty_like(c.in, c.in.options().dtype(scan_output_dtype(c.op, x_in.scalar_type())));
   c.result = x_in.dim() == 0 ? c.out.reshape({}) : c.out;
   c.launch = c.in.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(c.in, c.dim, c.offsets, exclusive, reverse);
+  if (c.launch) {
+    const auto rows = set_engine_call(c.call, {c.in, c.out}, dim, geometry_for(c.in, dim, c.offsets, exclusive, reverse));
+    c.call.in = c.in.const_data_ptr();
+    c.call.out = c.out.data_ptr();
+    c.call.in_rows = rows[0];
+    c.call.out_rows = rows[1];
+  }
   return c;
 }
 
@@ -76,16 +83,25 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x_in,
   TORCH_CHECK(at::isFloatingType(x_in.scalar_type()),
               "x: scans with indices expect a floating tensor, got ", dtype_name(x_in.scalar_type()));
   PreparedScanWithIndices c;
-  c.is_max = op == ScanOp::kMax;
   c.in = as_vector_if_scalar(x_in);
-  c.dim = wrap_dim(c.in, dim_in);
-  c.offsets = checked_offsets(offsets, c.in, c.in.size(c.dim));
+  const int64_t dim = wrap_dim(c.in, dim_in);
+  c.offsets = checked_offsets(offsets, c.in, c.in.size(dim));
   c.out = at::empty_like(c.in);
   c.index = at::empty_like(c.in, c.in.options().dtype(at::kLong));
   c.result = x_in.dim() == 0 ? std::make_tuple(c.out.reshape({}), c.index.reshape({}))
                              : std::make_tuple(c.out, c.index);
   c.launch = c.in.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(c.in, c.dim, c.offsets, exclusive, reverse);
+  if (c.launch) {
+    const auto rows = set_engine_call(c.call, {c.in, c.out, c.index}, dim,
+                                      geometry_for(c.in, dim, c.offsets, exclusive, reverse));
+    c.call.is_max = op == ScanOp::kMax;
+    c.call.in = c.in.const_data_ptr();
+    c.call.out = c.out.data_ptr();
+    c.call.index = c.index.data_ptr<int64_t>();
+    c.call.in_rows = rows[0];
+    c.call.out_rows = rows[1];
+    c.call.index_rows = rows[2];
+  }
   return c;
 }
 
@@ -99,14 +115,25 @@ PreparedBicyclic prepare_scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
               q.sizes());
   TORCH_CHECK(p.dim() >= 1, "p: expected at least one dimension");
   PreparedBicyclic c;
-  c.dim = wrap_dim(p, dim_in);
-  c.offsets = checked_offsets(offsets, p, p.size(c.dim));
+  const int64_t dim = wrap_dim(p, dim_in);
+  c.offsets = checked_offsets(offsets, p, p.size(dim));
   c.p_in = p;
   c.q_in = q;
   c.p_out = at::empty_like(p);
   c.q_out = at::empty_like(q);
   c.launch = p.numel() > 0;
-  if (c.launch) c.geometry = geometry_for(p, c.dim, c.offsets, exclusive, reverse);
+  if (c.launch) {
+    const auto rows = set_engine_call(c.call, {c.p_in, c.q_in, c.p_out, c.q_out}, dim,
+                                      geometry_for(c.p_in, dim, c.offsets, exclusive, reverse));
+    c.call.p_in = c.p_in.const_data_ptr<int64_t>();
+    c.call.q_in = c.q_in.const_data_ptr<int64_t>();
+    c.call.p_out = c.p_out.data_ptr<int64_t>();
+    c.call.q_out = c.q_out.data_ptr<int64_t>();
+    c.call.p_in_rows = rows[0];
+    c.call.q_in_rows = rows[1];
+    c.call.p_out_rows = rows[2];
+    c.call.q_out_rows = rows[3];
+  }
   return c;
 }
 

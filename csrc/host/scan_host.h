@@ -1,7 +1,8 @@
 // Host side of the scan family (scan, segmented_scan, _scan_with_indices, _scan_bicyclic),
 // shared by the CPU and CUDA kernel files: argument checks, output allocation and geometry.
-// Each prepare_* returns a "prepared call" for a device's dtype dispatch (host/scan_dispatch.h)
-// and engine; the op returns its `result`. Device-independent.
+// Each prepare_* returns a "prepared call": the tensors, and the plain kernel call
+// (host/scan_call.h) for a device's dtype dispatch (host/scan_dispatch.h) and engine; the op
+// returns its `result`. Device-independent.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -9,8 +10,8 @@
 #include <optional>
 #include <tuple>
 
-#include "../core/scan_geometry.h"
 #include "common.h"
+#include "scan_call.h"
 
 namespace parprims::host {
 
@@ -27,23 +28,20 @@ struct PreparedScan {
   ScanOp op;
   at::Tensor in, out;  // what the engine reads and writes
   at::Tensor result;   // what the op returns: `out`, or its 0-d view
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  int64_t dim = 0;
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
   bool launch = false;  // false when there is nothing to scan (no elements)
+  ScanCall call;        // set when `launch`
 };
 PreparedScan prepare_scan(const at::Tensor& x, const c10::optional<at::Tensor>& offsets, int64_t dim,
                           c10::string_view op, bool exclusive, bool reverse);
 
 // _scan_with_indices: max/min scans with the position each output came from.
 struct PreparedScanWithIndices {
-  bool is_max = true;
   at::Tensor in, out, index;
   std::tuple<at::Tensor, at::Tensor> result;  // (values, indices), 0-d views for a 0-d input
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  int64_t dim = 0;
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
   bool launch = false;
+  ScanWithIndicesCall call;  // set when `launch`
 };
 PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x,
                                                   const c10::optional<at::Tensor>& offsets,
@@ -53,10 +51,9 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x,
 // _scan_bicyclic: the exact non-commutative test monoid over int64 pairs (p, q).
 struct PreparedBicyclic {
   at::Tensor p_in, q_in, p_out, q_out;
-  at::Tensor offsets;  // contiguous, or undefined: what `geometry` points into
-  int64_t dim = 0;
-  ScanGeometry geometry;
+  at::Tensor offsets;  // contiguous, or undefined: what the geometry points into
   bool launch = false;
+  BicyclicCall call;  // set when `launch`
 };
 PreparedBicyclic prepare_scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
                                        const c10::optional<at::Tensor>& offsets, int64_t dim,

@@ -1,7 +1,7 @@
 // Host logic of selective_scan, shared by CPU and CUDA: argument checks, the plain params
 // struct the kernels take, output allocation, and the final sums of the backward's partial
 // gradients. A device's kernel file calls prepare_*, runs its kernel on the params, then
-// finish_* (csrc/cpu/selective_scan_kernel.cpp, csrc/cuda/selective_scan_kernel.cu).
+// finish_* (csrc/cpu/selective_scan_kernel.cpp, csrc/cuda/selective_scan_kernel.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

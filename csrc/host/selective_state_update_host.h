@@ -1,7 +1,7 @@
 // Host logic of selective_state_update, shared by CPU and CUDA: the argument checks, the view of
 // the form without heads as heads of one channel, the output, and the plain params struct the
 // kernels take (csrc/cpu/selective_state_update_kernel.cpp,
-// csrc/cuda/selective_state_update_kernel.cu).
+// csrc/cuda/selective_state_update_kernel.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

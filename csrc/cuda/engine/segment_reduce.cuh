@@ -23,17 +23,13 @@
 //    segment boundaries are the same across the warp.
 #pragma once
 
-#include <ATen/ops/empty.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/cuda/CUDAContextLight.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
 
 #include "../../core/scan_geometry.h"
 #include "warp.cuh"
+#include "../launch_context.h"
 #include "engine.cuh"  // wide_access_disabled
 
 namespace parprims::cuda {
@@ -345,7 +341,7 @@ __global__ void __launch_bounds__(256)
 // layout, then the fix-up when a row has more than one piece.
 struct SegmentReduceEngine {
   static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
-  at::Tensor like;                       // any tensor on the target device
+  LaunchContext ctx;                     // the caller's device is current
 
   // Positions per thread of the column pass: enough threads to fill the GPU about eight times
   // over, at least 16 positions each so that the fix-up stays small.
@@ -358,11 +354,10 @@ struct SegmentReduceEngine {
   // Positions per warp of the rows pass: whole warp tiles, as many as leave about four warps
   // per warp slot of the GPU (the last wave's idle slots stay a small share), at most 32 tiles.
   template <class Value>
-  static int64_t row_chunk_length(const ScanGeometry& g) {
+  static int64_t row_chunk_length(const ScanGeometry& g, int sm_count) {
     using Policy = SegmentReducePolicy<Value>;
     const int64_t tiles_per_row = (g.len + Policy::kWarpTile - 1) / Policy::kWarpTile;
-    const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const int64_t warps_wanted = 4 * sms * Policy::kMinBlocksPerSM * Policy::kWarps;
+    const int64_t warps_wanted = int64_t{4} * sm_count * Policy::kMinBlocksPerSM * Policy::kWarps;
     const int64_t tiles_per_piece = std::clamp<int64_t>(g.rows * tiles_per_row / warps_wanted, 1, 32);
     return std::min(tiles_per_row, tiles_per_piece) * Policy::kWarpTile;
   }
@@ -372,25 +367,23 @@ struct SegmentReduceEngine {
     using Value = typename P::Value;
     TORCH_INTERNAL_ASSERT(!g.reverse && !g.exclusive, "segment reductions run forward and inclusive");
     if (g.rows == 0 || g.len == 0) return;
-    const c10::cuda::CUDAGuard guard(like.device());
-    auto stream = at::cuda::getCurrentCUDAStream();
+    const cudaStream_t stream = ctx.stream;
     const bool columns = layout.rows_adjacent && g.rows > 1;
-    const int64_t chunk_length = columns ? column_chunk_length(g) : row_chunk_length<Value>(g);
+    const int64_t chunk_length = columns ? column_chunk_length(g) : row_chunk_length<Value>(g, ctx.sm_count);
     const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
     const int64_t pieces = g.rows * chunks;
-    at::Tensor workspace = at::empty({static_cast<int64_t>(2 * pieces * sizeof(Value))}, like.options().dtype(at::kByte));
+    void* partials = ctx.workspace->allocate(2 * pieces * sizeof(Value));
     PieceSegments segments{nullptr};
-    at::Tensor first_segment;
     if (g.segments.offsets != nullptr) {
-      first_segment = at::empty({chunks + 1}, like.options().dtype(at::kLong));
-      segments.first_segment = first_segment.const_data_ptr<int64_t>();
+      auto* first_segment = static_cast<int64_t*>(ctx.workspace->allocate((chunks + 1) * sizeof(int64_t)));
+      segments.first_segment = first_segment;
       const int64_t blocks = std::min<int64_t>((chunks + 256) / 256, int64_t(1) << 16);
       piece_segments_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g, chunk_length, chunks,
-                                                                             first_segment.data_ptr<int64_t>());
+                                                                             first_segment);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     PiecePartials<Value> parts;
-    parts.head = reinterpret_cast<Value*>(workspace.data_ptr());
+    parts.head = static_cast<Value*>(partials);
     parts.tail = parts.head + pieces;
     parts.chunk_length = chunk_length;
     constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernels loop over what is left

@@ -1,42 +1,14 @@
-// What the selective-scan kernels share: the launch shape, the thread's place in it, typed
-// loads, and the walk over packed sequences.
+// What the selective-scan kernels share: the thread's place in the launch shape (launch.h),
+// typed loads, and the walk over packed sequences.
 #pragma once
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include "../../core/selective_scan.h"
-#include "../engine/policy.cuh"
+#include "launch.h"
 
 namespace parprims::cuda {
-
-using Policy = SelectiveScanPolicy;
-constexpr int kStates = Policy::kStatesPerThread;  // the backward's; the forward's is a template parameter
-
-// The launch shape, decided on the host from N and dim (selective_scan_kernel.cu).
-struct SelectiveScanShape {
-  int threads_per_channel = 1;  // a power of two <= 32
-  int log2_threads_per_channel = 0;
-  int channels_per_block = Policy::kThreads;
-  int states_per_tile = kStates;  // threads_per_channel * states per thread
-  int state_tiles = 1;            // > 1 only when N > 32 * states per thread
-  int64_t blocks_per_group = 1;   // blocks over one group's channels
-  int64_t channel_blocks = 1;     // batch * groups * blocks_per_group
-  int64_t blocks = 1;             // channel_blocks * segments
-  // Time segments, for rows too few to fill the GPU (long sequences, packed batches): every row
-  // is cut into `segments` runs of segment_len steps, each walked by its own blocks. A summary
-  // pass first gives every segment's end state from zero and the product of its gates (zero
-  // past a sequence start), a combine pass turns them into the state entering every segment
-  // (in place of segment_state), and the full pass starts each segment from it.
-  int64_t segments = 1;
-  int64_t segment_len = 0;        // a multiple of kSegmentAlign; the whole row when segments == 1
-  void* segment_state = nullptr;  // (segments, batch, dim, N), compute type
-  void* segment_decay = nullptr;  // the same
-  // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
-  void* y_scratch = nullptr;
-  void* du_scratch = nullptr;
-  void* ddelta_scratch = nullptr;
-};
 
 // The gate exp(delta * A): float uses the special-function unit's exp2 on A pre-scaled by
 // log2(e): one MUFU.EX2 per state update (exp2f adds a denormal fix-up around it; the

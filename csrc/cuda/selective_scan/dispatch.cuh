@@ -1,25 +1,23 @@
-// Typed launches of the selective-scan kernels on the current stream.
+// Typed launches of the selective-scan kernels on the caller's stream (launch_context.h).
 #pragma once
 
-#include <ATen/ops/empty.h>
-#include <ATen/cuda/CUDAContextLight.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 
+#include "common.cuh"
 #include "launch.h"
 
 namespace parprims::cuda {
 
 // Calls f(In{}, Acc{}) for u's dtype: half types and float compute in float, double in double.
 template <class F>
-void visit_selective_scan_types(at::ScalarType t, F&& f) {
+void visit_selective_scan_types(c10::ScalarType t, F&& f) {
   switch (t) {
-    case at::kFloat: return f(float{}, float{});
-    case at::kHalf: return f(at::Half{}, float{});
-    case at::kBFloat16: return f(at::BFloat16{}, float{});
-    case at::kDouble: return f(double{}, double{});
+    case c10::kFloat: return f(float{}, float{});
+    case c10::kHalf: return f(c10::Half{}, float{});
+    case c10::kBFloat16: return f(c10::BFloat16{}, float{});
+    case c10::kDouble: return f(double{}, double{});
     default: TORCH_CHECK(false, "u: unsupported dtype ", t);
   }
 }
@@ -33,40 +31,36 @@ void allow_shared_memory(Kernel kernel, size_t smem) {
 
 // Launches `kernel` with `smem` bytes of dynamic shared memory, over a grid-stride 1-D grid.
 template <class Kernel, class... Args>
-void launch_blocks(Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
+void launch_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
   allow_shared_memory(kernel, smem);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
-  kernel<<<grid, Policy::kThreads, smem, at::cuda::getCurrentCUDAStream()>>>(args...);
+  kernel<<<grid, Policy::kThreads, smem, ctx.stream>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // How many blocks of `kernel` the GPU runs at once.
 template <class Kernel>
-int64_t resident_blocks(Kernel kernel, size_t smem) {
+int64_t resident_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem) {
   allow_shared_memory(kernel, smem);
   int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Policy::kThreads, smem));
-  return int64_t{per_sm} * at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return int64_t{per_sm} * ctx.sm_count;
 }
 
 // With time segments (s.segments > 1): runs `summary`, the combine pass over its results, then
 // `full`; otherwise `full` alone. The segments' buffers live for the call (stream-ordered).
 template <class Acc, class Summary, class Full>
-void run_time_segments(SelectiveScanShape s, const SelectiveScanParams& p, bool reverse, Summary&& summary,
-                       Full&& full) {
-  at::Tensor buffers;
+void run_time_segments(const LaunchContext& ctx, SelectiveScanShape s, const SelectiveScanParams& p, bool reverse,
+                       Summary&& summary, Full&& full) {
   if (s.segments > 1) {
     const int64_t per_segment = p.batch * p.dim * p.dstate;
-    const auto options = at::TensorOptions()
-                             .device(at::kCUDA, at::cuda::current_device())
-                             .dtype(c10::CppTypeToScalarType<Acc>::value);
-    buffers = at::empty({2, s.segments * per_segment}, options);
-    s.segment_state = buffers[0].data_ptr();
-    s.segment_decay = buffers[1].data_ptr();
+    const size_t bytes = static_cast<size_t>(s.segments * per_segment) * sizeof(Acc);
+    s.segment_state = ctx.workspace->allocate(bytes);
+    s.segment_decay = ctx.workspace->allocate(bytes);
     summary(s);
     const int threads = 256;
     const auto grid = static_cast<unsigned>(std::min<int64_t>((per_segment + threads - 1) / threads, 1 << 20));
-    combine_segments_kernel<Acc><<<grid, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    combine_segments_kernel<Acc><<<grid, threads, 0, ctx.stream>>>(
         static_cast<Acc*>(s.segment_state), static_cast<const Acc*>(s.segment_decay), s.segments, per_segment,
         reverse);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

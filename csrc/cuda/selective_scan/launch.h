@@ -1,20 +1,52 @@
 // The selective-scan kernel launches, one translation unit per direction (they compile in
-// parallel): selective_scan_forward.cu and selective_scan_backward.cu.
+// parallel): selective_scan_forward.cu and selective_scan_backward.cu. Host code includes it
+// too (selective_scan_kernel.cpp): no device code here.
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include "../../core/selective_scan.h"
-#include "common.cuh"
+#include "../engine/policy.cuh"
+#include "../launch_context.h"
 
 namespace parprims::cuda {
+
+using Policy = SelectiveScanPolicy;
+constexpr int kStates = Policy::kStatesPerThread;  // the backward's; the forward's is a template parameter
+
+// The launch shape, decided on the host from N and dim (selective_scan_kernel.cpp).
+struct SelectiveScanShape {
+  int threads_per_channel = 1;  // a power of two <= 32
+  int log2_threads_per_channel = 0;
+  int channels_per_block = Policy::kThreads;
+  int states_per_tile = kStates;  // threads_per_channel * states per thread
+  int state_tiles = 1;            // > 1 only when N > 32 * states per thread
+  int64_t blocks_per_group = 1;   // blocks over one group's channels
+  int64_t channel_blocks = 1;     // batch * groups * blocks_per_group
+  int64_t blocks = 1;             // channel_blocks * segments
+  // Time segments, for rows too few to fill the GPU (long sequences, packed batches): every row
+  // is cut into `segments` runs of segment_len steps, each walked by its own blocks. A summary
+  // pass first gives every segment's end state from zero and the product of its gates (zero
+  // past a sequence start), a combine pass turns them into the state entering every segment
+  // (in place of segment_state), and the full pass starts each segment from it.
+  int64_t segments = 1;
+  int64_t segment_len = 0;        // a multiple of kSegmentAlign; the whole row when segments == 1
+  void* segment_state = nullptr;  // (segments, batch, dim, N), compute type
+  void* segment_decay = nullptr;  // the same
+  // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
+  void* y_scratch = nullptr;
+  void* du_scratch = nullptr;
+  void* ddelta_scratch = nullptr;
+};
 
 // The launch shape of the forward (backward) for a problem: threads per channel from N and
 // the states each thread holds (Policy::kForwardStatesPerThread, kStatesPerThread), blocks
 // over channels, and time segments when those blocks alone would leave most of the GPU idle
 // (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring).
-SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype);
-SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, at::ScalarType input_dtype);
+SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
+                                                const LaunchContext& ctx);
+SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
+                                                 const LaunchContext& ctx);
 
 // The shape over channels alone, and the time segments added to it for `resident` blocks
 // running at once (selective_scan_forward.cu).
@@ -24,8 +56,9 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
 // `input_dtype` is u's dtype; the scratch accumulators of `shape` must be set when
 // shape.state_tiles > 1.
 void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
-                                   at::ScalarType input_dtype);
+                                   c10::ScalarType input_dtype, const LaunchContext& ctx);
 void launch_selective_scan_backward(const SelectiveScanParams& p, const SelectiveScanGrads& grads,
-                                    const SelectiveScanShape& shape, at::ScalarType input_dtype);
+                                    const SelectiveScanShape& shape, c10::ScalarType input_dtype,
+                                    const LaunchContext& ctx);
 
 }  // namespace parprims::cuda

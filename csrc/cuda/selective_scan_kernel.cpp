@@ -1,10 +1,11 @@
-// CUDA kernels of selective_scan: the host side of the fused forward and backward
-// (csrc/cuda/selective_scan/{forward,backward}.cuh hold the kernels).
+// The CUDA ops of selective_scan: the host side of the fused forward and backward
+// (csrc/cuda/selective_scan/{forward,backward}.cuh hold the kernels, instantiated in
+// selective_scan_forward.cu and selective_scan_backward.cu). Host code only.
 #include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "../host/selective_scan_host.h"
+#include "launch_scope.h"
 #include "selective_scan/launch.h"
 
 namespace parprims::cuda {
@@ -34,7 +35,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
     const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
     const OptionalTensor& D, const OptionalTensor& z, const OptionalTensor& delta_bias, bool delta_softplus,
     const OptionalTensor& initial_state, const OptionalTensor& cu_seqlens, bool save_checkpoints) {
-  const c10::cuda::CUDAGuard guard(u.device());
+  const LaunchScope scope(u);
   auto fw = host::prepare_selective_scan_forward(
       checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens),
       save_checkpoints ? kSelectiveScanCheckpointEvery : 0);
@@ -45,10 +46,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
     else fw.last_state.zero_();
     return {fw.out, fw.last_state, fw.checkpoints};
   }
-  auto shape = selective_scan_forward_shape(fw.params, u.scalar_type());
+  auto shape = selective_scan_forward_shape(fw.params, u.scalar_type(), scope.context());
   at::Tensor scratch[3];
   add_scratch(shape, in, 1, scratch);
-  launch_selective_scan_forward(fw.params, shape, u.scalar_type());
+  launch_selective_scan_forward(fw.params, shape, u.scalar_type(), scope.context());
   return {fw.out, fw.last_state, fw.checkpoints};
 }
 
@@ -57,7 +58,7 @@ host::SelectiveScanGradients selective_scan_backward(
     const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
     const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
     const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints_in) {
-  const c10::cuda::CUDAGuard guard(u.device());
+  const LaunchScope scope(u);
   auto in = checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens);
   // A forward that was not asked for checkpoints (called directly, or without grad) runs again.
   at::Tensor checkpoints = checkpoints_in;
@@ -66,7 +67,7 @@ host::SelectiveScanGradients selective_scan_backward(
                                                      initial_state, cu_seqlens, /*save_checkpoints=*/true));
   }
   const auto shape_params = host::input_params(in);
-  auto shape = selective_scan_backward_shape(shape_params, u.scalar_type());
+  auto shape = selective_scan_backward_shape(shape_params, u.scalar_type(), scope.context());
   const bool has_steps = in.len > 0 && in.batch > 0 && in.dim > 0;
   auto bw = host::prepare_selective_scan_backward(std::move(in), grad_out, grad_last_state,
                                                   has_steps ? checkpoints : at::Tensor(),
@@ -80,7 +81,7 @@ host::SelectiveScanGradients selective_scan_backward(
   }
   at::Tensor scratch[3];
   add_scratch(shape, bw.in, 3, scratch);
-  launch_selective_scan_backward(bw.params, bw.grads, shape, u.scalar_type());
+  launch_selective_scan_backward(bw.params, bw.grads, shape, u.scalar_type(), scope.context());
   return host::finish_selective_scan_backward(bw);
 }
 

@@ -3,18 +3,13 @@
 // n = l, l + lanes, ... in place through their strides (consecutive n of a contiguous state are
 // consecutive addresses), and the team sums C * state with shuffles. A 1-D grid walks the rows
 // with a grid-stride loop (64-bit row indices; no limit from the grid's y/z sizes).
-#include <ATen/core/Tensor.h>
-#include <ATen/cuda/CUDAContextLight.h>
-#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <type_traits>
 
 #include "../host/scan_dispatch.h"
-#include "../host/selective_state_update_host.h"
+#include "selective_state_update.h"
 
 namespace parprims::cuda {
 namespace {
@@ -46,40 +41,32 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class In, class BC, class Acc>
-void launch(const SelectiveStateUpdateParams& p) {
+void launch(const SelectiveStateUpdateParams& p, const LaunchContext& ctx) {
   int lanes_log2 = 0;
   while ((int64_t{1} << lanes_log2) < p.dstate && lanes_log2 < 5) ++lanes_log2;
   const int64_t rows_per_block = kThreads >> lanes_log2;
   const int64_t wanted = (p.rows() + rows_per_block - 1) / rows_per_block;
-  const int64_t most = int64_t{at::cuda::getCurrentDeviceProperties()->multiProcessorCount} * 32;
+  const int64_t most = int64_t{ctx.sm_count} * 32;
   const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, most)));
-  state_update_kernel<In, BC, Acc><<<blocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(p, lanes_log2);
+  state_update_kernel<In, BC, Acc><<<blocks, kThreads, 0, ctx.stream>>>(p, lanes_log2);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-at::Tensor selective_state_update(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt,
-                                  const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
-                                  const c10::optional<at::Tensor>& D, const c10::optional<at::Tensor>& z,
-                                  const c10::optional<at::Tensor>& dt_bias, bool dt_softplus) {
-  const c10::cuda::CUDAGuard guard(state.device());
-  const auto su = host::prepare_selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus);
-  if (su.params.rows() == 0) return su.out;
-  host::visit_floating(su.input, [&](auto tag) {
-    using In = typename decltype(tag)::type;
-    using Acc = std::conditional_t<std::is_same_v<In, double>, double, float>;
-    if constexpr (std::is_same_v<In, Acc>) {
-      launch<In, In, Acc>(su.params);
-    } else if (su.bc == at::kFloat) {  // half inputs with float32 B and C
-      launch<In, float, Acc>(su.params);
-    } else {
-      launch<In, In, Acc>(su.params);
-    }
-  });
-  return su.out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(parprims, CUDA, m) { m.impl("selective_state_update", &selective_state_update); }
+void launch_selective_state_update(const SelectiveStateUpdateParams& p, c10::ScalarType input,
+                                   c10::ScalarType bc, const LaunchContext& ctx) {
+  host::visit_floating(input, [&](auto tag) {
+    using In = typename decltype(tag)::type;
+    using Acc = std::conditional_t<std::is_same_v<In, double>, double, float>;
+    if constexpr (std::is_same_v<In, Acc>) {
+      launch<In, In, Acc>(p, ctx);
+    } else if (bc == c10::kFloat) {  // half inputs with float32 B and C
+      launch<In, float, Acc>(p, ctx);
+    } else {
+      launch<In, In, Acc>(p, ctx);
+    }
+  });
+}
 
 }  // namespace parprims::cuda

@@ -1,11 +1,12 @@
 // The CUDA ops of the affine recurrences: affine_scan, matrix_affine_scan, their exclusive
-// forms and affine_scan's one-scan backward. Each checks and allocates through host/affine_host.h, then calls its instantiation
-// (affine_instantiations.h: the dtype dispatch onto the CUDA engine, cuda/engine/engine.cuh).
-// Schemas: csrc/registration.cpp.
+// forms and affine_scan's one-scan backward. Each checks and allocates through
+// host/affine_host.h, then calls its kernel unit (affine_instantiations.h: the dtype dispatch
+// onto the CUDA engine, cuda/engine/engine.cuh). Host code only. Schemas: csrc/registration.cpp.
 #include <torch/library.h>
 
 #include "../host/affine_host.h"
 #include "affine_instantiations.h"
+#include "launch_scope.h"
 
 namespace parprims::cuda {
 namespace {
@@ -17,7 +18,10 @@ std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at:
                                                   const OptTensor& initial_state, const OptTensor& offsets,
                                                   bool reverse, bool log_gates) {
   const auto c = host::prepare_affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, kExclusive);
-  if (c.launch) affine(c);
+  if (c.launch) {
+    const LaunchScope scope(c.b);
+    affine(c.call, scope.context());
+  }
   return c.result();
 }
 
@@ -25,7 +29,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> affine_scan_backward_op(
     const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h, const OptTensor& grad_final,
     const OptTensor& initial_state, int64_t dim, bool reverse, bool log_gates) {
   const auto c = host::prepare_affine_scan_backward(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates);
-  if (c.launch) affine_grad(c);
+  if (c.launch) {
+    const LaunchScope scope(c.h);
+    affine_grad(c.call, scope.context());
+  }
   return c.result();
 }
 
@@ -34,7 +41,10 @@ std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, co
                                                          const OptTensor& initial_state,
                                                          const OptTensor& offsets, bool reverse) {
   const auto c = host::prepare_matrix_affine_scan(A, b, dim, initial_state, offsets, reverse, kExclusive);
-  if (c.launch) matrix_affine(c);
+  if (c.launch) {
+    const LaunchScope scope(c.b);
+    matrix_affine(c.call, scope.context());
+  }
   return c.result();
 }
 

@@ -1,0 +1,37 @@
+// The CUDA ops of the compaction family: compact, compact_capacity, _compact_backward,
+// segmented_compact, pad and the offsets helpers. The device work is the compaction on the
+// CUDA scan engine and the fill of the slots past the count, which reads the count on the
+// device: no host synchronization (compact_scatter.cu). The rest is host/compact_host.cpp.
+// Host code only. Schemas: csrc/registration.cpp.
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "../host/compact_host.h"
+#include "../host/compact_registration.h"
+#include "compact_instantiations.h"
+#include "launch_scope.h"
+
+namespace parprims::cuda {
+namespace {
+
+void run_compact(const host::PreparedCompact& c) {
+  const LaunchScope scope(c.count);
+  const auto& ctx = scope.context();
+  if (c.launch) compact_scatter(c.call, ctx);
+  if (c.values.defined()) {
+    fill_tail(c.values.data_ptr(), c.values.element_size(), c.values.size(0), c.call.count, c.fill, ctx);
+  }
+  if (c.indices.defined()) {
+    FillBits minus_one;
+    const int64_t value = -1;
+    std::memcpy(minus_one.bytes, &value, sizeof(value));
+    fill_tail(c.indices.data_ptr(), sizeof(int64_t), c.indices.size(0), c.call.count, minus_one, ctx);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(parprims, CUDA, m) { host::CompactOps<&run_compact>::register_kernels(m); }
+
+}  // namespace parprims::cuda
