@@ -4,9 +4,12 @@ from dataclasses import dataclass, replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_parprims as pp
 from torch_parprims import reference as ref
+
+_ops = torch.ops.parprims
 
 from helpers import (
     COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, NONDET_TOL, OPCHECK_UTILS, OPS, VIEWS, assert_close,
@@ -241,6 +244,47 @@ def test_max_min_gradient_goes_to_first_tie(op, reverse, device):
     # Scan order sees the ties 1, 2, 4 (forward) or 4, 2, 1 (reverse); the first one takes all.
     expected = [1.0, 4.0, 0.0, 0.0, 0.0] if not reverse else [0.0, 0.0, 0.0, 0.0, 5.0]
     assert x.grad.tolist() == expected
+
+
+class _LibraryOpLog(TorchDispatchMode):
+    """Records the library's ops that run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "parprims" in str(func):
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("op", ("max", "min"))
+@pytest.mark.parametrize("packed", (False, True))
+def test_max_min_backward_uses_the_forwards_indices(op, packed, device):
+    """With a gradient to come, the forward saves where each output came from: the backward is
+    a scatter, with no second scan. Called directly, the op scans again in its backward; both
+    give the same gradient."""
+    x = torch.randn(4, 300, device=device, requires_grad=True)
+    offsets = torch.tensor([0, 7, 7, 120, 300], device=device)
+    w = torch.randn(4, 300, device=device)
+
+    def run(fn):
+        y = fn(x, offsets, 1, op, True, False) if packed else fn(x, 1, op, True, False)
+        with _LibraryOpLog() as log:
+            (g,) = torch.autograd.grad(y, x, w)
+        return y, g, log.ops
+
+    y, g, backward_ops = run(pp.segmented_scan if packed else pp.scan)
+    assert backward_ops == []
+    y_op, g_op, op_backward_ops = run(_ops.segmented_scan if packed else _ops.scan)
+    assert any("_scan_with_indices" in o for o in op_backward_ops)
+    assert torch.equal(y, y_op) and torch.equal(g, g_op)
+
+
+def test_double_backward_of_max(device):
+    x = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: pp.scan(t, 1, "max"), (x,))
 
 
 def test_mul_gradient_with_zeros(device):

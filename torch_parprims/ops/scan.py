@@ -37,7 +37,17 @@ def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, re
         tensor([ 3.,  4.,  8., 10.])
         >>> assert torch.equal(scan(x, 0, "max", exclusive=True), torch.tensor([-float("inf"), 3., 3., 4.]))
     """
-    return _ops.scan(_args.expect_tensor("x", x), dim, op, exclusive, reverse)
+    x = _args.expect_tensor("x", x)
+    if _keeps_indices(x, op):
+        return _ops._scan_with_indices(x, None, dim, op, exclusive, reverse)[0]
+    return _ops.scan(x, dim, op, exclusive, reverse)
+
+
+def _keeps_indices(x, op):
+    """Whether a max/min scan runs with its indices: when its gradient will be needed, the
+    forward records where each output came from and the backward scatters to those positions
+    (it would otherwise scan again to find them). The extra cost is an int64 tensor of x's shape."""
+    return op in ("max", "min") and x.is_floating_point() and x.requires_grad and torch.is_grad_enabled()
 
 
 @_args.takes_offsets("x")
@@ -73,6 +83,8 @@ def segmented_scan(
         >>> assert torch.equal(segmented_scan(x, cu_seqlens=offsets), y)
     """
     # cu_seqlens arrives as offsets (see _args.takes_offsets).
+    if _keeps_indices(x, op):
+        return _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)[0]
     return _ops.segmented_scan(x, offsets, dim, op, exclusive, reverse)
 
 
@@ -139,8 +151,7 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
         return before * (grad + later)
     if op in ("max", "min"):
         _, index = _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)
-        taken = index >= 0
-        return torch.zeros_like(x).scatter_add(dim, index.clamp(min=0), torch.where(taken, grad, 0))
+        return scatter_to_indices(grad, index, dim)
     if op == "logaddexp":
         # dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so every term stays in log space.
         log_g = torch.log(grad.abs()) - y
@@ -149,6 +160,13 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
         neg = rscan(torch.where(grad < 0, log_g, neg_inf), "logaddexp", exclusive)
         return torch.exp(x + pos) - torch.exp(x + neg)
     raise ValueError(f"op: unknown scan op {op!r}")
+
+
+def scatter_to_indices(grad, index, dim):
+    """The gradient of a max/min scan: each output's gradient added to the input position it
+    came from (``index``; -1 where an exclusive scan gave the identity)."""
+    taken = index >= 0
+    return torch.zeros_like(grad).scatter_add(dim, index.clamp(min=0), torch.where(taken, grad, 0))
 
 
 def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
@@ -187,13 +205,33 @@ torch.library.register_autograd(
 )
 
 
+def _with_indices_setup_context(ctx, inputs, output):
+    x, _offsets, dim, _op, _exclusive, _reverse = inputs
+    _, index = output
+    ctx.mark_non_differentiable(index)
+    ctx.dim, ctx.dtype = dim, x.dtype
+    ctx.save_for_backward(index)
+
+
+def _with_indices_backward(ctx, grad_values, _grad_index):
+    (index,) = ctx.saved_tensors
+    # Half types add their scattered gradients in float32, as the forward computes.
+    grad = grad_values.float() if ctx.dtype in (torch.float16, torch.bfloat16) else grad_values
+    return scatter_to_indices(grad, index, ctx.dim).to(ctx.dtype), None, None, None, None, None
+
+
+torch.library.register_autograd(
+    "parprims::_scan_with_indices", _with_indices_backward, setup_context=_with_indices_setup_context
+)
+
+
 def _not_differentiable(name):
     """Autograd for internal ops that the backwards use: they are not differentiated again."""
 
     def backward(ctx, *grads):
         raise RuntimeError(
             f"torch_parprims: {name} is an internal op of a backward and has no gradient itself "
-            "(double backward through max/min/mul scans and affine scans is not supported)"
+            "(double backward through mul scans and affine scans is not supported)"
         )
 
     return backward
@@ -203,5 +241,5 @@ def _no_context(ctx, inputs, output):
     pass
 
 
-for _name in ("_scan_with_indices", "_affine_scan_exclusive", "_matrix_affine_scan_exclusive"):
+for _name in ("_affine_scan_exclusive", "_matrix_affine_scan_exclusive"):
     torch.library.register_autograd(f"parprims::{_name}", _not_differentiable(_name), setup_context=_no_context)
