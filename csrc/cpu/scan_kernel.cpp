@@ -1,17 +1,16 @@
 // The CPU ops of the scan family: scan, segmented_scan, _scan_with_indices, _scan_bicyclic.
-// Each checks and allocates through host/scan_host.h, dispatches on the dtype
-// (host/scan_dispatch.h) onto the CPU engine (cpu/engine.h). Schemas: csrc/registration.cpp.
+// host/scan_registration.h checks and allocates (host/scan_host.h); each runner here
+// dispatches on the dtype (host/scan_dispatch.h) onto the CPU engine (cpu/engine.h).
+// Schemas: csrc/registration.cpp.
 #include <ATen/AccumulateType.h>
 #include <torch/library.h>
 
 #include "../host/scan_dispatch.h"
-#include "../host/scan_host.h"
+#include "../host/scan_registration.h"
 #include "engine_cpu.h"
 
 namespace parprims::cpu {
 namespace {
-
-using OptTensor = c10::optional<at::Tensor>;
 
 // host::Accumulate spells out at::acc_type, whose header stays out of the CUDA units.
 template <class T>
@@ -23,8 +22,7 @@ static_assert(same_as_acc_type<at::Half>() && same_as_acc_type<at::BFloat16>() &
               same_as_acc_type<double>() && same_as_acc_type<c10::complex<float>>() &&
               same_as_acc_type<c10::complex<double>>());
 
-void run(const host::PreparedScan& c) {
-  if (!c.launch) return;
+void run_scan(const host::PreparedScan& c) {
   switch (c.op) {
     case host::ScanOp::kAdd: return host::dispatch_scan_add(c.call, Engine{});
     case host::ScanOp::kMul: return host::dispatch_scan_mul(c.call, Engine{});
@@ -34,42 +32,16 @@ void run(const host::PreparedScan& c) {
   }
 }
 
-at::Tensor scan_op(const at::Tensor& x, int64_t dim, c10::string_view op, bool exclusive, bool reverse) {
-  const auto c = host::prepare_scan(x, c10::nullopt, dim, op, exclusive, reverse);
-  run(c);
-  return c.result;
+void run_scan_with_indices(const host::PreparedScanWithIndices& c) {
+  host::dispatch_scan_with_indices(c.call, Engine{});
 }
 
-at::Tensor segmented_scan_op(const at::Tensor& x, const at::Tensor& offsets, int64_t dim, c10::string_view op,
-                          bool exclusive, bool reverse) {
-  const auto c = host::prepare_scan(x, offsets, dim, op, exclusive, reverse);
-  run(c);
-  return c.result;
-}
-
-std::tuple<at::Tensor, at::Tensor> scan_with_indices_op(const at::Tensor& x, const OptTensor& offsets,
-                                                     int64_t dim, c10::string_view op, bool exclusive,
-                                                     bool reverse) {
-  const auto c = host::prepare_scan_with_indices(x, offsets, dim, op, exclusive, reverse);
-  if (c.launch) host::dispatch_scan_with_indices(c.call, Engine{});
-  return c.result;
-}
-
-std::tuple<at::Tensor, at::Tensor> scan_bicyclic_op(const at::Tensor& p, const at::Tensor& q,
-                                                 const OptTensor& offsets, int64_t dim, bool exclusive,
-                                                 bool reverse) {
-  const auto c = host::prepare_scan_bicyclic(p, q, offsets, dim, exclusive, reverse);
-  if (c.launch) host::dispatch_scan_bicyclic(c.call, Engine{});
-  return {c.p_out, c.q_out};
-}
+void run_scan_bicyclic(const host::PreparedBicyclic& c) { host::dispatch_scan_bicyclic(c.call, Engine{}); }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
-  m.impl("scan", &scan_op);
-  m.impl("segmented_scan", &segmented_scan_op);
-  m.impl("_scan_with_indices", &scan_with_indices_op);
-  m.impl("_scan_bicyclic", &scan_bicyclic_op);
+  host::ScanOps<&run_scan, &run_scan_with_indices, &run_scan_bicyclic>::register_kernels(m);
 }
 
 }  // namespace parprims::cpu

@@ -1,61 +1,36 @@
 // The CUDA ops of the affine recurrences: affine_scan, matrix_affine_scan, their exclusive
-// forms and affine_scan's one-scan backward. Each checks and allocates through
-// host/affine_host.h, then calls its kernel unit (affine_instantiations.h: the dtype dispatch
-// onto the CUDA engine, cuda/engine/engine.cuh). Host code only. Schemas: csrc/registration.cpp.
+// forms and affine_scan's one-scan backward. host/affine_registration.h checks and allocates
+// (host/affine_host.h); each runner here calls its kernel unit (affine_instantiations.h: the
+// dtype dispatch onto the CUDA engine, cuda/engine/engine.cuh) in a LaunchScope. Host code
+// only. Schemas: csrc/registration.cpp.
 #include <torch/library.h>
 
-#include "../host/affine_host.h"
+#include "../host/affine_registration.h"
 #include "affine_instantiations.h"
 #include "launch_scope.h"
 
 namespace parprims::cuda {
 namespace {
 
-using OptTensor = c10::optional<at::Tensor>;
-
-template <bool kExclusive>
-std::tuple<at::Tensor, at::Tensor> affine_scan_op(const at::Tensor& a, const at::Tensor& b, int64_t dim,
-                                                  const OptTensor& initial_state, const OptTensor& offsets,
-                                                  bool reverse, bool log_gates) {
-  const auto c = host::prepare_affine_scan(a, b, dim, initial_state, offsets, reverse, log_gates, kExclusive);
-  if (c.launch) {
-    const LaunchScope scope(c.b);
-    affine(c.call, scope.context());
-  }
-  return c.result();
+void run_affine(const host::PreparedAffine& c) {
+  const LaunchScope scope(c.b);
+  affine(c.call, scope.context());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> affine_scan_backward_op(
-    const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h, const OptTensor& grad_final,
-    const OptTensor& initial_state, int64_t dim, bool reverse, bool log_gates) {
-  const auto c = host::prepare_affine_scan_backward(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates);
-  if (c.launch) {
-    const LaunchScope scope(c.h);
-    affine_grad(c.call, scope.context());
-  }
-  return c.result();
+void run_affine_grad(const host::PreparedAffineGrad& c) {
+  const LaunchScope scope(c.h);
+  affine_grad(c.call, scope.context());
 }
 
-template <bool kExclusive>
-std::tuple<at::Tensor, at::Tensor> matrix_affine_scan_op(const at::Tensor& A, const at::Tensor& b, int64_t dim,
-                                                         const OptTensor& initial_state,
-                                                         const OptTensor& offsets, bool reverse) {
-  const auto c = host::prepare_matrix_affine_scan(A, b, dim, initial_state, offsets, reverse, kExclusive);
-  if (c.launch) {
-    const LaunchScope scope(c.b);
-    matrix_affine(c.call, scope.context());
-  }
-  return c.result();
+void run_matrix_affine(const host::PreparedMatrixAffine& c) {
+  const LaunchScope scope(c.b);
+  matrix_affine(c.call, scope.context());
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
-  m.impl("affine_scan", &affine_scan_op<false>);
-  m.impl("_affine_scan_exclusive", &affine_scan_op<true>);
-  m.impl("_affine_scan_backward", &affine_scan_backward_op);
-  m.impl("matrix_affine_scan", &matrix_affine_scan_op<false>);
-  m.impl("_matrix_affine_scan_exclusive", &matrix_affine_scan_op<true>);
+  host::AffineOps<&run_affine, &run_affine_grad, &run_matrix_affine>::register_kernels(m);
 }
 
 }  // namespace parprims::cuda
