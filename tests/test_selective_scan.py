@@ -182,6 +182,9 @@ def _samples():
         out.append(S(2, 4, 70, 8, bc, D=True, z=True, delta_bias=True, softplus=True, init=bc != "const",
                      dtype=dt, view="transposed" if bc == "var" else "contiguous",
                      opcheck=dt == torch.bfloat16 and bc == "group"))
+    # float64 with many states: the CUDA backward walks them in tiles of 64 (shared memory).
+    out.append(S(1, 3, 40, 100, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dtype=torch.float64))
     # Packed sequences (batch 1) with empty ones, int32 and int64 offsets.
     out += [
         S(lengths=(5, 0, 17, 0, 40, 1, 0), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,

@@ -6,12 +6,15 @@ namespace parprims::cuda {
 
 SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                  const LaunchContext& ctx) {
-  auto s = selective_scan_channel_shape(p, Policy::kStatesPerThread);
+  // In double, tiles of at most 64 states keep the block's shared memory (the warps' dB/dC
+  // sums grow with the tile) within what an SM offers.
+  const int max_threads_per_channel = input_dtype == c10::kDouble ? 16 : Policy::kMaxThreadsPerChannel;
+  auto s = selective_scan_channel_shape(p, Policy::kStatesPerThread, max_threads_per_channel);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
-    add_time_segments(s, p, resident_blocks(ctx, selective_scan_backward_kernel<In, Acc, false>, smem));
+    add_time_segments(s, p, resident_blocks(ctx, selective_scan_backward_kernel<In, Acc, false, false>, smem));
   });
   return s;
 }
@@ -23,13 +26,16 @@ void launch_selective_scan_backward(const SelectiveScanParams& p, const Selectiv
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
+    // Mamba's case, B and C both variable, gets a kernel without the per-step choices.
+    const auto full = p.B.variable && p.C.variable ? selective_scan_backward_kernel<In, Acc, true, false>
+                                                   : selective_scan_backward_kernel<In, Acc, false, false>;
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/true,
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, selective_scan_backward_kernel<In, Acc, true>, smem, s.blocks, p, grads, s);
+          launch_blocks(ctx, selective_scan_backward_kernel<In, Acc, false, true>, smem, s.blocks, p, grads, s);
         },
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, selective_scan_backward_kernel<In, Acc, false>, smem, s.blocks, p, grads, s);
+          launch_blocks(ctx, full, smem, s.blocks, p, grads, s);
         });
   });
 }

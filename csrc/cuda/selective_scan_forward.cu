@@ -7,9 +7,10 @@
 
 namespace parprims::cuda {
 
-SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread) {
+SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread,
+                                                int max_threads_per_channel) {
   SelectiveScanShape s;
-  while (s.threads_per_channel * states_per_thread < p.dstate && s.threads_per_channel < Policy::kMaxThreadsPerChannel) {
+  while (s.threads_per_channel * states_per_thread < p.dstate && s.threads_per_channel < max_threads_per_channel) {
     s.threads_per_channel *= 2;
     ++s.log2_threads_per_channel;
   }

@@ -66,11 +66,13 @@ namespace parprims::cuda {
 // to a power of two (at most 32, a warp; larger N is walked in several state tiles); a block
 // holds kThreads / threads_per_channel channels. The forward stages kForwardChunk steps of
 // the block's inputs in shared memory at a time; the backward recomputes and walks
-// kSelectiveScanCheckpointEvery steps at a time (the forward's checkpoint spacing), holding
-// their states in registers.
+// kSelectiveScanCheckpointEvery steps at a time (the forward's checkpoint spacing), keeping the
+// recomputed states of those steps in shared memory.
 struct SelectiveScanPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kStatesPerThread = 2;  // the backward's
+  // The backward's: four states per thread share each step's fixed work (loads of the step's
+  // inputs, the sums over channels and states) among twice the state updates of two.
+  static constexpr int kStatesPerThread = 4;
   // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of
   // four, which the latency-bound step loop needs more than the fewer instructions of four.
   static constexpr int kForwardStatesPerThread = 2;
@@ -79,13 +81,16 @@ struct SelectiveScanPolicy {
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on
   // the previous chunk (the rest, only for N <= 8 or N > 32, load when the chunk is staged).
   static constexpr int kPrefetchRounds = 4;
-  static constexpr int kBackwardPrefetchRounds = 2;  // the backward's chunk is half as long
+  // The backward's: a chunk of 16 steps of 32 channels (N = 16) is 4 rounds of 128 threads.
+  static constexpr int kBackwardPrefetchRounds = 4;
+  static constexpr int kBackwardStatePrefetchRounds = 2;  // B and C: 16 states x 16 steps
   // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
   // the forward 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in
-  // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 4
-  // (128 registers; uncapped it wanted 154, 3 blocks per SM).
+  // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 3
+  // (168 registers), which its shared memory (about 64 KB at N = 16 in float) allows, so that
+  // (8, 1536, 2048, 16)'s 384 blocks of 32 channels run in one wave.
   static constexpr int kForwardMinBlocksPerSM = 6;
-  static constexpr int kBackwardMinBlocksPerSM = 4;
+  static constexpr int kBackwardMinBlocksPerSM = 3;
 };
 
 }  // namespace parprims::cuda

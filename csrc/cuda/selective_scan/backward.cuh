@@ -6,12 +6,14 @@
 //      u, dy = dout * silu(z), the factors of dz and d(delta) the finish needs (so that it reads
 //      no input again), variable B and C;
 //   2. recompute: from the checkpoint saved by the forward, each thread runs its states over
-//      the chunk again, keeping the state entering each step in registers, and its part of y;
+//      the chunk again, keeping the state entering each step in shared memory (registers would
+//      cap the blocks per SM), and the channel's y, summed over its threads with shuffles;
 //   3. walk back: the reverse affine recurrence of the state gradient
 //      g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1} (the same monoid as the forward, read from
 //      the end), with every input's gradient term at each step;
-//   4. finish: du, d(delta), dz; per-channel sums for D and delta_bias; the block's partial
-//      sums of variable dB and dC, reduced over its channels in a fixed order.
+//   4. finish: du, d(delta), dz (their sums over the channel's states were taken with shuffles
+//      at each step); per-channel sums for D and delta_bias; the block's partial sums of
+//      variable dB and dC, reduced over its channels in a fixed order.
 // A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
 // steps 2 and 3 without per-step sequence checks; the others check every step.
 // No floating-point atomics: every partial sum has one writer, and the host adds partials in
@@ -34,45 +36,53 @@ struct BackwardChunk {
   static constexpr int kPitch = K + 1;
   static constexpr int kWarps = Policy::kThreads / 32;
 
-  // In Acc: delta, u, dy, the finish's factors of dz and d(delta) and its per-channel sum
-  // terms (2) by [channel][step]; the threads' parts of y, du and d(delta) by [part][thread][step]
-  // (summed over a channel's threads in the finish, not with shuffles at every step); B, C by
-  // [state][step]; the warps' dB/dC sums by [warp][2 * state][step]. Rows by step, so that a
-  // step's address is a thread's base plus a constant.
-  static constexpr int kChannelArrays = 7;
+  // In Acc: the recomputed state entering each step by [step][thread][state] (a thread's
+  // states in one vector access); B, C by [step][state] (the same); delta, u, dy, the finish's
+  // factors of dz and d(delta), and the channel's sums of y, du and d(delta) over its states
+  // (3) by [channel][step]; the warps' dB/dC sums by [warp][2 * state][step]. The states first:
+  // their rows are 16-byte aligned. The finish's terms of the per-channel D and delta_bias sums
+  // ([channel][step], 2) reuse the entering states' memory: they are written after the walk
+  // back has read it, and read before the next chunk's recompute writes it.
+  static constexpr int kChannelArrays = 8;
+  static_assert(2 * Policy::kThreads * kPitch <= K * Policy::kThreads * kStates, "the sum terms fit");
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t per_channel =
-        kChannelArrays * static_cast<size_t>(s.channels_per_block) * kPitch + 3 * Policy::kThreads * kPitch;
-    const size_t per_state = static_cast<size_t>(s.states_per_tile) * kPitch * 2;
+    const size_t entering = static_cast<size_t>(K) * Policy::kThreads * kStates;
+    const size_t per_state = static_cast<size_t>(s.states_per_tile) * K * 2;
+    const size_t per_channel = kChannelArrays * static_cast<size_t>(s.channels_per_block) * kPitch;
     const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * 2 * s.states_per_tile * kPitch : 0;
-    return (per_channel + per_state + reduced) * sizeof(Acc);
+    return (entering + per_state + per_channel + reduced) * sizeof(Acc);
   }
 };
 
-template <class In, class Acc, bool kSummary>
+// kVariableBC: B and C are both variable (Mamba's case), known at compile time, so that the
+// registers and per-step choices of constant B or C vanish.
+template <class In, class Acc, bool kVariableBC, bool kSummary>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPerSM)
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
   using Chunk = BackwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kPitch = Chunk::kPitch, kWarps = Chunk::kWarps, R = Policy::kBackwardPrefetchRounds;
+  constexpr int RS = Policy::kBackwardStatePrefetchRounds;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pc = s.channels_per_block * kPitch;
-  Acc* s_delta = reinterpret_cast<Acc*>(smem_raw);
+  const int pc = s.channels_per_block * kPitch, S = s.states_per_tile;
+  Acc* s_entering = reinterpret_cast<Acc*>(smem_raw);  // [step][thread][kStates]
+  Acc* s_B = s_entering + K * Policy::kThreads * kStates;
+  Acc* s_C = s_B + K * S;
+  Acc* s_delta = s_C + K * S;
   Acc* s_u = s_delta + pc;
   Acc* s_dy = s_u + pc;                // dout * silu(z)
   Acc* s_dz_factor = s_dy + pc;        // dout * silu'(z): dz = this * (y + D u)
   Acc* s_ddelta_factor = s_dz_factor + pc;  // d(delta) / d(raw delta)
-  Acc* s_dD_terms = s_ddelta_factor + pc;   // the finish's terms of the D and delta_bias sums
+  Acc* s_dD_terms = s_entering;  // the finish's terms of the D and delta_bias sums
   Acc* s_dbias_terms = s_dD_terms + pc;
-  Acc* s_ypart = s_dbias_terms + pc;  // [thread][step]
-  Acc* s_dupart = s_ypart + Policy::kThreads * kPitch;
-  Acc* s_ddpart = s_dupart + Policy::kThreads * kPitch;
-  Acc* s_B = s_ddpart + Policy::kThreads * kPitch;
-  Acc* s_C = s_B + s.states_per_tile * kPitch;
-  Acc* s_red = s_C + s.states_per_tile * kPitch;  // [warp][2 * states_per_tile][step]
-  const bool variable_B = !kSummary && p.B.variable;  // the summary's state gradient needs no B
-  const bool variable_C = p.C.variable;
-  const bool variable_BC = p.B.variable || p.C.variable;
+  Acc* s_y = s_ddelta_factor + pc;  // sums over the channel's states
+  Acc* s_du = s_y + pc;
+  Acc* s_ddelta = s_du + pc;
+  Acc* s_red = s_ddelta + pc;  // [warp][2 * states_per_tile][step]
+  const bool B_variable = kVariableBC || p.B.variable, C_variable = kVariableBC || p.C.variable;
+  const bool variable_B = !kSummary && B_variable;  // the summary's state gradient needs no B
+  const bool variable_C = C_variable;
+  const bool variable_BC = B_variable || C_variable;
   const int warp = threadIdx.x >> 5;
   const Acc* A = static_cast<const Acc*>(p.A);
   const Acc* D = static_cast<const Acc*>(p.D);
@@ -89,7 +99,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
   const ItemWalk state_items(s.states_per_tile, K, false);
   // A chunk's loads, held in registers while the block works on the chunk after it in time.
-  Acc next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[R], next_C[R];
+  Acc next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[RS], next_C[RS];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
@@ -111,8 +121,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         has_state[j] = me.active && n < p.dstate;
         Araw[j] = has_state[j] ? A[me.d * p.dstate + n] : Acc(0);
         A2[j] = Araw[j] * Gate<Acc>::kScale;
-        Bc[j] = (has_state[j] && !p.B.variable) ? static_cast<const Acc*>(p.B.data)[p.B.offset(0, 0, me.d, n, 0)] : Acc(0);
-        Cc[j] = (has_state[j] && !p.C.variable) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
+        Bc[j] = (has_state[j] && !B_variable) ? static_cast<const Acc*>(p.B.data)[p.B.offset(0, 0, me.d, n, 0)] : Acc(0);
+        Cc[j] = (has_state[j] && !C_variable) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
         dA[j] = dBc[j] = dCc[j] = Acc(0);
         // The gradient entering the segment's last step: the combined carry (zero for the last
         // segment, and always in the summary).
@@ -186,6 +196,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < items.rounds) load_inputs(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < RS; ++r) {
           if (variable_B && r < state_items.rounds) next_B[r] = load_state(p.B, B_walk, r, steps);
           if (variable_C && r < state_items.rounds) next_C[r] = load_state(p.C, C_walk, r, steps);
         }
@@ -217,12 +230,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
       };
       auto stage_state = [&](Acc* dst, int r, Acc v) {
-        if (state_items.column(r) < K) dst[state_items.row(r) * kPitch + state_items.column(r)] = v;
+        if (state_items.column(r) < K) dst[state_items.column(r) * S + state_items.row(r)] = v;
       };
       auto stage = [&](int steps) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < items.rounds) stage_item(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < RS; ++r) {
           if (variable_B && r < state_items.rounds) stage_state(s_B, r, next_B[r]);
           if (variable_C && r < state_items.rounds) stage_state(s_C, r, next_C[r]);
         }
@@ -232,39 +248,55 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           load_inputs(r, steps, u, delta, z, dout);
           stage_item(r, steps, u, delta, z, dout);
         }
-        for (int r = R; variable_B && r < state_items.rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
-        for (int r = R; variable_C && r < state_items.rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
+        for (int r = RS; variable_B && r < state_items.rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
+        for (int r = RS; variable_C && r < state_items.rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
       };
       // The step's B and C for the thread's states.
-      const Acc* B_row = s_B + state0 * kPitch;
-      const Acc* C_row = s_C + state0 * kPitch;
       auto states_at = [&](int i, Acc (&Bt)[kStates], Acc (&Ct)[kStates]) {
+        if (variable_B) {
+          load_states<Acc, kStates>(s_B + i * S + state0, Bt);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kStates; ++j) {
-          Bt[j] = variable_B ? B_row[j * kPitch + i] : Bc[j];
-          Ct[j] = variable_C ? C_row[j * kPitch + i] : Cc[j];
+          for (int j = 0; j < kStates; ++j) Bt[j] = Bc[j];
+        }
+        if (variable_C) {
+          load_states<Acc, kStates>(s_C + i * S + state0, Ct);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kStates; ++j) Ct[j] = Cc[j];
         }
       };
+      // The sums of v and w over the channel's threads, in every one of them (the same order on
+      // every run).
+      auto channel_sums = [&](Acc& v, Acc& w) {
+#pragma unroll
+        for (int mask = 16; mask > 0; mask >>= 1) {
+          if (mask < s.threads_per_channel) {
+            v += __shfl_xor_sync(0xffffffffu, v, mask);
+            w += __shfl_xor_sync(0xffffffffu, w, mask);
+          }
+        }
+      };
+      Acc* entering_of_thread = s_entering + threadIdx.x * kStates;
+      const int channel_step0 = me.channel * kPitch;
       // The rows of the block's partial sums of variable dB and dC for the tile's first state:
       // (channel_blocks per group, batch, G, N, L).
       const int64_t partial_row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + tile_n0;
-      Acc* dB_rows = p.B.variable ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
-      Acc* dC_rows = p.C.variable ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
+      Acc* dB_rows = B_variable ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
+      Acc* dC_rows = C_variable ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
       // Where this lane stores the channel sums of dB and dC a step's reduction leaves it (the
       // same places every step, found by one reduction of zeros).
       ChannelReduction<Acc> sums_layout;
-      int red_row[2 * kStates];
       if (!kSummary && variable_BC) {  // the summary sums nothing
 #pragma unroll
         for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
         sums_layout.run(s.threads_per_channel);
-#pragma unroll
-        for (int j = 0; j < 2 * kStates; ++j) {
-          const int entry = sums_layout.base + j;  // dB of state entry, or dC of state entry - kStates
-          const int which = entry / kStates, state = state0 + entry % kStates;
-          red_row[j] = ((warp * 2 + which) * s.states_per_tile + state) * kPitch;
-        }
       }
+      // Its first sum's row (entry base: dB of state base, or dC of state base - kStates), and
+      // what a row past the lane's dB sums adds (only a lane that keeps all 2 * kStates sums,
+      // when no channels share its warp, passes from dB to dC).
+      const int red_first = ((warp * 2 + sums_layout.base / kStates) * S + state0 + sums_layout.base % kStates) * kPitch;
+      const int red_cross = (S - kStates) * kPitch;
 
       fetch(steps_of(c_last));
       for (int64_t c = c_last; c >= c_first; --c) {
@@ -290,17 +322,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           chunk_starts = sequence_start == t0;
         }
 
+        // A whole chunk runs its steps unrolled with no checks; a chunk with a sequence boundary
+        // (or the row's last, partial one) runs them one at a time with the checks, rolled up
+        // so that the unrolled fast path alone fills the instruction cache.
         if constexpr (kSummary) {
           // ---- the state gradient alone, back over the chunk ----
-#pragma unroll
-          for (int i = K - 1; i >= 0; --i) {
-            if (!whole) {
-              if (i >= steps) continue;
-              bool ends, starts;
-              step_bounds(t0 + i, ends, starts);
-            }
-            const Acc dl = s_delta[me.channel * kPitch + i];
-            const Acc dy = s_dy[me.channel * kPitch + i];
+          auto summary_step = [&](int i) {
+            const Acc dl = s_delta[channel_step0 + i];
+            const Acc dy = s_dy[channel_step0 + i];
             Acc Bt[kStates], Ct[kStates];
             states_at(i, Bt, Ct);
 #pragma unroll
@@ -309,67 +338,76 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               lam[j] = a * (lam[j] + Ct[j] * dy);
               decay[j] *= a;
             }
+          };
+          if (whole) {
+#pragma unroll
+            for (int i = K - 1; i >= 0; --i) summary_step(i);
+          } else {
+#pragma unroll 1
+            for (int i = steps - 1; i >= 0; --i) {
+              bool ends, starts;
+              step_bounds(t0 + i, ends, starts);
+              summary_step(i);
+            }
           }
         } else {
           // ---- 2. recompute the chunk's states from its checkpoint ----
-          Acc h_in[K][kStates];  // the state entering each step
-          {
-            Acc h[kStates];
+          Acc h[kStates];
+#pragma unroll
+          for (int j = 0; j < kStates; ++j) {
+            h[j] = has_state[j] ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
+                                : Acc(0);
+          }
+          auto recompute_step = [&](int i) {
+            const Acc dl = s_delta[channel_step0 + i];
+            const Acc dlu = dl * s_u[channel_step0 + i];
+            Acc Bt[kStates], Ct[kStates];
+            states_at(i, Bt, Ct);
+            store_states<Acc, kStates>(entering_of_thread + i * Policy::kThreads * kStates, h);
+            Acc y = 0;
 #pragma unroll
             for (int j = 0; j < kStates; ++j) {
-              h[j] = has_state[j] ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
-                                  : Acc(0);
+              h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + dlu * Bt[j];
+              y += Ct[j] * h[j];
             }
-            int64_t seq = (p.offsets && !whole) ? sequence_of(p, t0) : me.b;
+            Acc unused = 0;
+            channel_sums(y, unused);
+            if (me.quad == 0) s_y[channel_step0 + i] = y;
+          };
+          if (whole) {
 #pragma unroll
-            for (int i = 0; i < K; ++i) {
-              if (!whole) {
-                if (i >= steps) continue;
-                const int64_t t = t0 + i;
-                if (p.offsets && i > 0) {
-                  while (seq + 1 < p.num_seqs && t >= p.seq_offset(seq + 1)) {
-                    ++seq;
+            for (int i = 0; i < K; ++i) recompute_step(i);
+          } else {
+            int64_t seq = p.offsets ? sequence_of(p, t0) : me.b;
+#pragma unroll 1
+            for (int i = 0; i < steps; ++i) {
+              const int64_t t = t0 + i;
+              if (p.offsets && i > 0) {
+                while (seq + 1 < p.num_seqs && t >= p.seq_offset(seq + 1)) {  // a sequence starts
+                  ++seq;
 #pragma unroll
-                    for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
-                  }
+                  for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
                 }
               }
-              const Acc dl = s_delta[me.channel * kPitch + i];
-              const Acc dlu = dl * s_u[me.channel * kPitch + i];
-              Acc Bt[kStates], Ct[kStates];
-              states_at(i, Bt, Ct);
-              Acc y = 0;
-#pragma unroll
-              for (int j = 0; j < kStates; ++j) {
-                h_in[i][j] = h[j];
-                h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + dlu * Bt[j];
-                y += Ct[j] * h[j];
-              }
-              s_ypart[threadIdx.x * kPitch + i] = y;
+              recompute_step(i);
             }
           }
 
           // ---- 3. walk back ----
-#pragma unroll
-          for (int i = K - 1; i >= 0; --i) {
-            bool starts = false;
-            if (!whole) {
-              if (i >= steps) continue;
-              bool ends;
-              step_bounds(t0 + i, ends, starts);
-            }
-            const Acc dl = s_delta[me.channel * kPitch + i];
-            const Acc u = s_u[me.channel * kPitch + i];
-            const Acc dy = s_dy[me.channel * kPitch + i];
+          auto walk_back_step = [&](int i) {
+            const Acc dl = s_delta[channel_step0 + i];
+            const Acc u = s_u[channel_step0 + i];
+            const Acc dy = s_dy[channel_step0 + i];
             const Acc dlu = dl * u;
-            Acc Bt[kStates], Ct[kStates];
+            Acc Bt[kStates], Ct[kStates], h_entering[kStates];
             states_at(i, Bt, Ct);
+            load_states<Acc, kStates>(entering_of_thread + i * Policy::kThreads * kStates, h_entering);
             Acc ddelta_part = 0, du_part = 0;
             ChannelReduction<Acc> red;
 #pragma unroll
             for (int j = 0; j < kStates; ++j) {
               const Acc a = Gate<Acc>::exp_scaled(dl * A2[j]);
-              const Acc hp = h_in[i][j];
+              const Acc hp = h_entering[j];
               const Acc l = lam[j] + Ct[j] * dy;
               const Acc dB = l * dlu;
               const Acc dC = dy * (a * hp + dlu * Bt[j]);
@@ -380,20 +418,39 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               lam[j] = a * l;
               red.v[j] = dB;
               red.v[kStates + j] = dC;
-              if (!p.B.variable) dBc[j] += dB;
-              if (!p.C.variable) dCc[j] += dC;
+              if (!B_variable) dBc[j] += dB;
+              if (!C_variable) dCc[j] += dC;
             }
-            if (starts && gr.dinitial) store_dinitial();
-            s_ddpart[threadIdx.x * kPitch + i] = ddelta_part;
-            s_dupart[threadIdx.x * kPitch + i] = du_part;
+            channel_sums(ddelta_part, du_part);
+            if (me.quad == 0) {
+              s_ddelta[channel_step0 + i] = ddelta_part;
+              s_du[channel_step0 + i] = du_part;
+            }
             if (variable_BC) {
               red.run(s.threads_per_channel);
               if (sums_layout.writer) {
+                const int row = red_first + i;
+                if (sums_layout.count == 1) {  // N <= 16: one sum per lane
+                  s_red[row] = red.v[0];
+                } else {
 #pragma unroll
-                for (int j = 0; j < 2 * kStates; ++j) {
-                  if (j < sums_layout.count) s_red[red_row[j] + i] = red.v[j];
+                  for (int j = 0; j < 2 * kStates; ++j) {
+                    if (j < sums_layout.count) s_red[row + j * kPitch + (j >= kStates ? red_cross : 0)] = red.v[j];
+                  }
                 }
               }
+            }
+          };
+          if (whole) {
+#pragma unroll
+            for (int i = K - 1; i >= 0; --i) walk_back_step(i);
+          } else {
+#pragma unroll 1
+            for (int i = steps - 1; i >= 0; --i) {
+              bool ends, starts;
+              step_bounds(t0 + i, ends, starts);
+              walk_back_step(i);
+              if (starts && gr.dinitial) store_dinitial();
             }
           }
           __syncthreads();
@@ -403,15 +460,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             if (!item_real(r, steps)) continue;
             const int channel = items.row(r), at = channel * kPitch + items.column(r);
             const int64_t flat = grad_walk.at(r);
-            // The channel's parts, its threads in order (the same sums on every run).
-            Acc y = 0, du = 0, ddelta = 0;
-#pragma unroll 4
-            for (int q = 0, part = channel * s.threads_per_channel * kPitch + items.column(r);
-                 q < s.threads_per_channel; ++q, part += kPitch) {
-              y += s_ypart[part];
-              du += s_dupart[part];
-              ddelta += s_ddpart[part];
-            }
+            Acc y = s_y[at], du = s_du[at], ddelta = s_ddelta[at];
             if (s.state_tiles > 1) {
               Acc* ys = static_cast<Acc*>(s.y_scratch);
               Acc* dus = static_cast<Acc*>(s.du_scratch);
@@ -446,7 +495,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             for (int entry = threadIdx.x / K; entry < 2 * s.states_per_tile; entry += Policy::kThreads / K) {
               const bool is_C = entry >= s.states_per_tile;
               const int state = is_C ? entry - s.states_per_tile : entry;
-              if (!(is_C ? p.C.variable : p.B.variable) || tile_n0 + state >= p.dstate) continue;
+              if (!(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
               Acc sum = 0;
               for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * s.states_per_tile + entry) * kPitch + step];
               (is_C ? dC_rows : dB_rows)[state * p.len + t0 + step] = sum;
@@ -473,8 +522,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           if (!has_state[j]) continue;
           const int64_t at = (me.partial_row(p) * p.dim + me.d) * p.dstate + n0 + j;
           static_cast<Acc*>(gr.dA_partial)[at] = dA[j];
-          if (!p.B.variable) static_cast<Acc*>(gr.dB_partial)[at] = dBc[j];
-          if (!p.C.variable) static_cast<Acc*>(gr.dC_partial)[at] = dCc[j];
+          if (!B_variable) static_cast<Acc*>(gr.dB_partial)[at] = dBc[j];
+          if (!C_variable) static_cast<Acc*>(gr.dC_partial)[at] = dCc[j];
         }
       }
     }

@@ -25,6 +25,11 @@ void visit_selective_scan_types(c10::ScalarType t, F&& f) {
 template <class Kernel>
 void allow_shared_memory(Kernel kernel, size_t smem) {
   if (smem > 48 * 1024) {
+    int device = 0, most = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    TORCH_CHECK(smem <= static_cast<size_t>(most), "selective_scan: this shape needs ", smem,
+                " bytes of shared memory per block, more than the device's ", most);
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
 }

@@ -48,9 +48,11 @@ SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c1
 SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                  const LaunchContext& ctx);
 
-// The shape over channels alone, and the time segments added to it for `resident` blocks
-// running at once (selective_scan_forward.cu).
-SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread);
+// The shape over channels alone (at most `max_threads_per_channel` threads a channel; larger N
+// is walked in state tiles), and the time segments added to it for `resident` blocks running
+// at once (selective_scan_forward.cu).
+SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread,
+                                                int max_threads_per_channel = Policy::kMaxThreadsPerChannel);
 void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int64_t resident);
 
 // `input_dtype` is u's dtype; the scratch accumulators of `shape` must be set when
