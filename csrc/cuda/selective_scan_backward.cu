@@ -26,9 +26,15 @@ void launch_selective_scan_backward(const SelectiveScanParams& p, const Selectiv
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
-    // Mamba's case, B and C both variable, gets a kernel without the per-step choices.
-    const auto full = p.B.variable && p.C.variable ? selective_scan_backward_kernel<In, Acc, true, false>
-                                                   : selective_scan_backward_kernel<In, Acc, false, false>;
+    // Mamba's case, B and C both variable, gets a kernel without the per-step choices, and at
+    // N = 16 (four threads a channel) one whose per-step sums have no branches.
+    auto full = selective_scan_backward_kernel<In, Acc, false, false>;
+    if (p.B.variable && p.C.variable) {
+      full = selective_scan_backward_kernel<In, Acc, true, false>;
+      if constexpr (sizeof(Acc) == 4) {
+        if (shape.threads_per_channel == 4) full = selective_scan_backward_kernel<In, Acc, true, false, 4>;
+      }
+    }
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/true,
         [&](const SelectiveScanShape& s) {

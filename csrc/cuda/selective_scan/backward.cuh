@@ -55,8 +55,11 @@ struct BackwardChunk {
 };
 
 // kVariableBC: B and C are both variable (Mamba's case), known at compile time, so that the
-// registers and per-step choices of constant B or C vanish.
-template <class In, class Acc, bool kVariableBC, bool kSummary>
+// registers and per-step choices of constant B or C vanish. kThreadsPerChannel: the shape's
+// threads_per_channel when known at compile time (0: read from the shape), so that the
+// per-step sums over a channel's threads and over the warp's channels are straight-line code
+// with no branches on the lane masks (Mamba's N = 16: 4).
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPerSM)
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
@@ -80,6 +83,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   Acc* s_ddelta = s_du + pc;
   Acc* s_red = s_ddelta + pc;  // [warp][2 * states_per_tile][step]
   const bool B_variable = kVariableBC || p.B.variable, C_variable = kVariableBC || p.C.variable;
+  const int threads_per_channel = kThreadsPerChannel > 0 ? kThreadsPerChannel : s.threads_per_channel;
   const bool variable_B = !kSummary && B_variable;  // the summary's state gradient needs no B
   const bool variable_C = C_variable;
   const bool variable_BC = B_variable || C_variable;
@@ -271,7 +275,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       auto channel_sums = [&](Acc& v, Acc& w) {
 #pragma unroll
         for (int mask = 16; mask > 0; mask >>= 1) {
-          if (mask < s.threads_per_channel) {
+          if (mask < threads_per_channel) {
             v += __shfl_xor_sync(0xffffffffu, v, mask);
             w += __shfl_xor_sync(0xffffffffu, w, mask);
           }
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       if (!kSummary && variable_BC) {  // the summary sums nothing
 #pragma unroll
         for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
-        sums_layout.run(s.threads_per_channel);
+        sums_layout.run(threads_per_channel);
       }
       // Its first sum's row (entry base: dB of state base, or dC of state base - kStates), and
       // what a row past the lane's dB sums adds (only a lane that keeps all 2 * kStates sums,
@@ -427,7 +431,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               s_du[channel_step0 + i] = du_part;
             }
             if (variable_BC) {
-              red.run(s.threads_per_channel);
+              red.run(threads_per_channel);
               if (sums_layout.writer) {
                 const int row = red_first + i;
                 if (sums_layout.count == 1) {  // N <= 16: one sum per lane
