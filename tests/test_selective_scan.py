@@ -182,6 +182,10 @@ def _samples():
         out.append(S(2, 4, 70, 8, bc, D=True, z=True, delta_bias=True, softplus=True, init=bc != "const",
                      dtype=dt, view="transposed" if bc == "var" else "contiguous",
                      opcheck=dt == torch.bfloat16 and bc == "group"))
+    # More channels, and more batch rows, than one dimension of a CUDA grid holds (65535): the
+    # kernels walk their blocks in a grid-stride loop.
+    out.append(S(1, 70000, EVERY + 4, 4, "var", D=True, z=True, delta_bias=True, softplus=True, init=True))
+    out.append(S(70000, 2, EVERY + 4, 2, "group", D=True, z=True, delta_bias=True, softplus=True))
     # float64 with many states: the CUDA backward walks them in tiles of 64 (shared memory).
     out.append(S(1, 3, 40, 100, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,
                  dtype=torch.float64))
@@ -425,6 +429,65 @@ def test_packed_gradients_equal_per_sequence_gradients(s, device):
     alone = torch.autograd.grad(total, inputs, allow_unused=True)
     alone = [torch.zeros_like(x) if a is None else a for x, a in zip(inputs, alone)]
     check_grads(grads, [a.double() for a in alone], names, inputs)
+
+
+@pytest.mark.parametrize("bc", ("var", "group"))
+def test_more_sequences_than_a_grid_dimension(bc, device):
+    """70000 packed sequences of 3 steps (more than a CUDA grid dimension's 65535) give what the
+    dense batch of 70000 rows of 3 steps gives: outputs, last states and every gradient."""
+    seqs, steps = 70000, 3
+    args = SSSample(seqs, 2, steps, 2, bc, D=True, z=True, delta_bias=True, softplus=True, init=True).make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+
+    def pack(x):  # (seqs, ..., steps) -> (1, ..., seqs * steps): sequence k is row k
+        return x.movedim(0, -2).reshape(*x.shape[1:-1], seqs * steps).unsqueeze(0)
+
+    packed = dict(args, cu_seqlens=torch.arange(seqs + 1, device=device, dtype=torch.int32) * steps)
+    for name in ("u", "delta", "z", "B", "C"):
+        packed[name] = pack(args[name])
+    out, last = run(args)
+    pout, plast = run(packed)
+    sout, slast = scales(args)
+    assert_close(pout, pack(out.detach()), scale=pack(sout), what="out")
+    assert_close(plast, last.detach(), scale=slast, what="last_state")
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast))
+    pgrads = torch.autograd.grad((pout, plast), inputs, (pack(gout), glast))
+    check_grads(pgrads, [g.double() for g in grads], names, inputs)
+
+
+@pytest.mark.slow
+def test_more_than_2_31_elements(device):
+    """(1, 2^20 + 1, 2^11 + 1) bfloat16 inputs: element indices pass 2^31. Channels at both ends
+    of the index range (the last one entirely past 2^31) give, forward and backward, what the
+    same channels give alone."""
+    if not device.startswith("cuda") or torch.cuda.get_device_properties(device).total_memory < 64 * 2**30:
+        pytest.skip("needs a GPU with 64 GB")
+    b, d, L, n = 1, (1 << 20) + 1, (1 << 11) + 1, 1
+    assert b * d * L > 2**31
+    g = torch.Generator(device=device).manual_seed(0)
+    bf = dict(device=device, dtype=torch.bfloat16)
+    u, z = torch.randn(b, d, L, generator=g, **bf), torch.randn(b, d, L, generator=g, **bf)
+    delta = torch.rand(b, d, L, generator=g, **bf) - 2.0
+    A = -torch.rand(d, n, generator=g, device=device) - 0.1
+    B, C = torch.randn(b, n, L, generator=g, **bf), torch.randn(b, n, L, generator=g, **bf)
+    D, bias = torch.randn(d, generator=g, device=device), torch.randn(d, generator=g, device=device) * 0.1
+    leaves = [x.requires_grad_() for x in (u, delta, z, A, D, bias)]
+    out, last = pp.selective_scan(u, delta, A, B, C, D, z, bias, True)
+    gout = torch.randn(b, d, L, generator=g, **bf)
+    grads = torch.autograd.grad(out, leaves, gout)
+    for c in (0, 1 << 19, d - 1):
+        one = [x.detach()[..., c : c + 1, :] if x.dim() == 3 else x.detach()[c : c + 1] for x in leaves]
+        one = [x.requires_grad_() for x in one]
+        o1, l1 = pp.selective_scan(one[0], one[1], one[3], B, C, one[4], one[2], one[5], True)
+        g1 = torch.autograd.grad(o1, one, gout[:, c : c + 1])
+        torch.testing.assert_close(out[:, c : c + 1].float(), o1.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(last[:, c : c + 1], l1, rtol=1e-4, atol=1e-4)
+        for name, full, alone in zip(("u", "delta", "z", "A", "D", "delta_bias"), grads, g1):
+            part = full[:, c : c + 1] if full.dim() == 3 else full[c : c + 1]
+            torch.testing.assert_close(part.float(), alone.float(), rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("k", (1, EVERY - 1, EVERY, 23, 2 * EVERY + 1))
