@@ -12,7 +12,8 @@
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
 #           the bench rows check every baseline's output anyway)
 #   bench   bench_scan, bench_affine_scan, bench_selective_scan, bench_compact, bench_reduce and bench_histogram (BENCH_SCRIPTS)
-#           --device cuda -> $OUT/bench.log, $OUT/<device>.json (the scripts merged), <device>.png
+#           --device cuda -> $OUT/bench.log, $OUT/<device>.json (the scripts merged), <device>.png;
+#           BENCH_SCRIPTS=bench_sweep runs the row-length sweep instead (and draws <device>-sweep.png)
 #   models  bench_mamba_block.py (a Mamba block's fwd+bwd, tokens/s) -> $OUT/mamba-block.json
 # Always: $OUT/summary.txt, printed last. At most 6 files come back under $OUT.
 #
