@@ -326,9 +326,24 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           chunk_starts = sequence_start == t0;
         }
 
-        // A whole chunk runs its steps unrolled with no checks; a chunk with a sequence boundary
-        // (or the row's last, partial one) runs them one at a time with the checks, rolled up
-        // so that the unrolled fast path alone fills the instruction cache.
+        // Runs `step` over the chunk's steps from the last: a whole chunk unrolled with no checks;
+        // a chunk with a sequence boundary (or the row's last, partial one) one step at a time
+        // with the checks, rolled up so that the unrolled fast path alone fills the instruction
+        // cache. At a sequence start the full pass stores the initial state's gradient.
+        auto walk_chunk_back = [&](auto&& step) {
+          if (whole) {
+#pragma unroll
+            for (int i = K - 1; i >= 0; --i) step(i);
+          } else {
+#pragma unroll 1
+            for (int i = steps - 1; i >= 0; --i) {
+              bool ends, starts;
+              step_bounds(t0 + i, ends, starts);
+              step(i);
+              if (!kSummary && starts && gr.dinitial) store_dinitial();
+            }
+          }
+        };
         if constexpr (kSummary) {
           // ---- the state gradient alone, back over the chunk ----
           auto summary_step = [&](int i) {
@@ -343,17 +358,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               decay[j] *= a;
             }
           };
-          if (whole) {
-#pragma unroll
-            for (int i = K - 1; i >= 0; --i) summary_step(i);
-          } else {
-#pragma unroll 1
-            for (int i = steps - 1; i >= 0; --i) {
-              bool ends, starts;
-              step_bounds(t0 + i, ends, starts);
-              summary_step(i);
-            }
-          }
+          walk_chunk_back(summary_step);
         } else {
           // ---- 2. recompute the chunk's states from its checkpoint ----
           Acc h[kStates];
@@ -445,18 +450,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               }
             }
           };
-          if (whole) {
-#pragma unroll
-            for (int i = K - 1; i >= 0; --i) walk_back_step(i);
-          } else {
-#pragma unroll 1
-            for (int i = steps - 1; i >= 0; --i) {
-              bool ends, starts;
-              step_bounds(t0 + i, ends, starts);
-              walk_back_step(i);
-              if (starts && gr.dinitial) store_dinitial();
-            }
-          }
+          walk_chunk_back(walk_back_step);
           __syncthreads();
 
           // ---- 4. finish ----
