@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitizer_cases.py
 
 The pytest suite is too slow under the sanitizer (its references loop over time on the device),
-so this script runs the kernels alone: the row-loop, flat and column scan kernels, the affine
+so this script runs the kernels alone: the row-loop, flat and column scan kernels (the column
+kernel in one pass and cut into spans), the affine
 scan forward and its one-scan backward, segmented scans, and the selective scan forward and
 backward with time segments (packed sequences that end at segment ends, dense rows, bfloat16,
 several state tiles). It checks nothing but that every call completes; the tests check values.
@@ -25,8 +26,15 @@ def scans(dev):
             (h.square().sum() + f.sum()).backward()  # the one-scan backward
             pp.scan(b.detach(), -1, "add", reverse=rev, exclusive=True)
             pp.scan(b.detach().bfloat16(), -1, "max", reverse=rev)
-    x = torch.randn(4096, 64, device=dev)  # the column kernel (time strided)
+    x = torch.randn(4096, 64, device=dev)  # the column kernel (time strided), cut into spans
     pp.scan(x, 0, "add")
+    # The column kernel in one pass (enough rows to fill the GPU, the last block partial), and
+    # the affine backward through it.
+    a = (torch.rand(2, 300, 4500, device=dev) * 0.5 + 0.5).requires_grad_()
+    b = torch.randn(2, 300, 4500, device=dev, requires_grad=True)
+    h, f = pp.affine_scan(a, b, 1, reverse=True)
+    (h.square().sum() + f.sum()).backward()
+    pp.scan(b.detach(), 1, "add", exclusive=True)
     offsets = torch.tensor([0, 5, 5, 1000, 4096], device=dev)
     pp.segmented_scan(x, offsets, 0, "logaddexp")
     pp.affine_scan(torch.rand(4096, 64, device=dev), x, 0, cu_seqlens=offsets)

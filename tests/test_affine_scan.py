@@ -152,6 +152,18 @@ def _samples():
             S((280, 1030), -1, dtype=torch.float64, init="state", exclusive=True),
             S((270, 600), -1, dtype=torch.complex64, init="state", reverse=True),
             S((300, 1500), -1, init="none", view="step")]
+    # Long strided time with few channels: the CUDA column kernel cuts each row into spans (a
+    # summary pass, then the full pass from the spans' totals); 40 and 17 channels leave the
+    # last block of 16 or 32 partial, and packed sequences cross the spans' boundaries.
+    out += [S((6000, 40), 0, init="state"),
+            S((6000, 40), 0, init="state", reverse=True, exclusive=True),
+            S((3, 5000, 17), 1, init="state", log_gates=True),
+            S((1, 40), 0, init="state", lengths="huge_and_tiny", reverse=True),
+            S((1, 40), 0, init="state", lengths="huge_and_tiny", exclusive=True, dtype=torch.bfloat16),
+            S((1, 17), 0, init="state", lengths="huge_and_tiny", dtype=torch.complex64),
+            # Hundreds of spans per row: the carry kernel's threads each fold several.
+            S((1, 16), 0, init="state", lengths="chunk_crossing_short", reverse=True),
+            S((40000, 16), 0, init="state", exclusive=True)]
     # torch.compile samples.
     out.append(S((2, 3, 40), -1, "1x1", dtype=torch.float64, init="state", compile=True))
     out.append(S((6, 2), 0, init="state", lengths="random", reverse=True, log_gates=True, compile=True))

@@ -20,7 +20,10 @@ LAYOUTS = {
     "BT": (lambda T: (2, T), 1),
     "BTC": (lambda T: (2, T, 3), 1),
     "BTC-neg": (lambda T: (2, T, 3), -2),
+    # 40 channels: on CUDA, the column kernel's blocks of 16 or 32 channels, the last partial.
+    "TW": (lambda T: (T, 40), 0),
 }
+ROTATION = ("T", "TC", "BT", "BTC", "BTC-neg")  # the layouts the pattern samples take in turn
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def _samples():
     for i, pattern in enumerate(LENGTH_PATTERNS):
         for j, op in enumerate(("add", "max", "logaddexp", "mul")):
             long = pattern in LONG_PATTERNS
-            out.append(S(pattern, "T" if long else list(LAYOUTS)[(i + j) % len(LAYOUTS)], op,
+            out.append(S(pattern, "T" if long else ROTATION[(i + j) % len(ROTATION)], op,
                          exclusive=(i + j) % 2 == 0, reverse=(i + j) % 3 == 0,
                          offsets_dtype=torch.int32 if i % 2 else torch.int64,
                          slow=pattern == "gpu_multi_tile" or (long and op in ("logaddexp", "mul"))))
@@ -87,6 +90,10 @@ def _samples():
         out.append(S("random", "BT", op, dtype, exclusive=op != "add", reverse=dtype == torch.bool,
                      check=dtype == torch.int64 and op == "max"))
     out.append(S("random", "BTC", "add", torch.complex64, exclusive=True, reverse=True))
+    # Thousands of positions along a strided dim: the CUDA column kernel cuts rows into spans
+    # (a summary pass, then the full pass), with sequences crossing the spans' boundaries.
+    for op, (ex, rv) in zip(("add", "max", "logaddexp", "add"), itertools.product((False, True), repeat=2)):
+        out.append(S("huge_and_tiny", "TW", op, exclusive=ex, reverse=rv, offsets_dtype=torch.int32 if rv else torch.int64))
     out.append(S("leading_trailing_empty", "TC", "add", torch.complex128, view="transpose"))
     for op in ("max", "min", "add", "logaddexp"):
         out.append(S("random", "BT", op, values="nan", exclusive=op == "min", reverse=op == "max"))

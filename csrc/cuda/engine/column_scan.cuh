@@ -1,120 +1,322 @@
 // The column kernel, for a strided scanned dimension whose neighbouring rows are adjacent in
-// memory (the T of a (B, T, D) tensor): lane i of every warp scans row `32 * group + i`, so each
-// load instruction reads 32 neighbouring elements; the kWarps warps of a block stack along the
-// scanned dimension, kItems positions each. Tiles are (group of 32 rows) x (chunk of
-// positions); chunks of a group chain through a per-row decoupled look-back.
+// memory: the T of a (B, T, D) tensor, or packed (tokens, D) along dim 0.
+//
+// A block owns kColumns = 32 adjacent rows (one per lane, so that a warp's load reads 32
+// neighbouring elements) and walks a span of positions tile by tile. Its kStretches warps cut
+// a tile into consecutive stretches of kSteps positions, and each thread walks its stretch
+// sequentially in registers. One barrier per tile shares the stretch totals through shared
+// memory; the carry into the next tile stays in every thread's registers, and the next tile's
+// loads are in flight while the current one is combined. There is no look-back, no tile
+// counter and no atomic: the order of every combine is fixed, so results are the same on
+// every run.
+//
+// A stretch that holds no segment start past its first position and no row end (every
+// stretch of a row without packed sequences, but the last) takes a plain path: one fold of
+// the monoid, no per-position segment checks. Other stretches walk position by position.
+//
+// When the blocks over rows alone would leave most of the GPU idle (few rows: a packed batch
+// of 2048 channels is 64 blocks), each row is cut into `spans` spans that run in parallel: a
+// summary pass (the same kernel, storing no output) writes each span's total, a small kernel
+// scans those into each span's carry, and the full pass starts every span from its carry. The
+// summary pass reads the inputs a second time, so it is taken only when the single pass would
+// use less than half of the GPU's block slots.
 #pragma once
 
-#include "lookback.cuh"
+#include "block.cuh"
 #include "policy.cuh"
 
 namespace parprims::cuda {
 
+// How rows are cut, for every pass: computed on the host (engine.cuh).
+struct ColumnPlan {
+  int64_t groups = 0;           // blocks across the rows: ceil(rows / 32)
+  int64_t spans = 1;            // spans per row
+  int64_t span_length = 0;      // positions per span, whole tiles (the last span may be shorter)
+  void* span_totals = nullptr;  // (spans - 1, rows): span totals, then (after the carry kernel)
+                                // the carry into the span after each
+};
+
+// The segment holding a position, where it starts, and where the next non-empty one starts
+// (the row's length past the last). Moves forward only.
+struct ColumnWalker {
+  int64_t segment = 0, start = 0, next_start = 0;
+
+  __device__ __forceinline__ void seek(const ScanGeometry& g, int64_t pos) {
+    SegmentWalker w;
+    w.seek(g, pos);
+    segment = w.segment;
+    start = g.segment_start(segment);
+    next_start = w.next_start;
+  }
+  // Moves to `pos`, at or after the current position.
+  __device__ __forceinline__ void advance(const ScanGeometry& g, int64_t pos) {
+    if (pos < next_start) return;
+    const int64_t last = g.num_segments() - 1;
+    while (segment < last && g.segment_start(segment + 1) <= pos) ++segment;
+    start = g.segment_start(segment);
+    next_start = g.segment_start(segment + 1);
+  }
+  __device__ __forceinline__ bool is_head(int64_t pos) const { return pos == start; }
+  __device__ __forceinline__ bool is_last(int64_t pos) const { return pos + 1 == next_start; }
+};
+
 template <class P>
 struct ColumnScan {
   using M = typename P::Monoid;
+  using Value = typename P::Value;
   using Seg = Segmented<M>;
   using Lifted = typename Seg::value_type;
-  using Policy = ColumnPolicy<typename P::Value>;
+  using Policy = ColumnPolicy<Value>;
   static constexpr int kThreads = Policy::kThreads;
-  static constexpr int kWarps = Policy::kWarps;
-  static constexpr int kItems = Policy::kItems;
-  static constexpr int kTileLength = Policy::kTileLength;
+  static constexpr int kColumns = 32;
+  static constexpr int kStretches = kThreads / kColumns;
+  static constexpr int kSteps = Policy::kSteps;
+  static constexpr int64_t kTileLength = int64_t{kStretches} * kSteps;
+  static constexpr bool kPrefetch = Policy::kPrefetch;
+  static constexpr bool kStaged = kSteps > 1;
 
   struct SharedStorage {
-    Words<Lifted> warp_totals[kWarps][32];
-    Words<Lifted> tile_prefix[32];
-    unsigned long long tile;
+    // A tile's stretch totals; two, used by tile parity, so that one barrier per tile suffices
+    // (a tile's totals are written while slower threads may still read the previous tile's).
+    Words<Lifted> totals[2][kStretches][kColumns];
+    // A stretch that is not plain walks its positions in a rolled loop (its code stays small),
+    // which indexes the values: they go through shared memory, as registers cannot be indexed.
+    Words<Value> staged[kStaged ? kSteps : 1][kStaged ? kThreads : 1];
   };
 
-  static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Lifted>& state,
-                             int64_t groups) {
-    __shared__ SharedStorage smem;
-    if (threadIdx.x == 0) smem.tile = state.claim_tile();
-    __syncthreads();
-    const int64_t tile = static_cast<int64_t>(smem.tile);
-    const int64_t chunk = tile / groups;  // chunk-major: earlier chunks start first
-    const int64_t group = tile - chunk * groups;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int64_t row = group * 32 + lane;
-    const bool active_row = row < g.rows;
-    const int64_t first = chunk * kTileLength + static_cast<int64_t>(warp) * kItems;
-
-    // ---- load kItems positions of this lane's row ----
-    Lifted items[kItems];
-    SegmentWalker walker;
-    const auto cursor = problem.cursor(active_row ? row : 0);
-    if (first < g.len) walker.seek(g, first);
-    {
-      SegmentWalker w = walker;
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int64_t pos = first + k;
-        if (!active_row || pos >= g.len) {
-          items[k] = Seg::identity();
-          continue;
-        }
-        const bool head = k == 0 ? w.starts_segment(g, pos) : w.enter(g, pos);
-        auto v = problem.load(cursor, g.physical_pos(pos));
-        if (head) v = problem.at_head(v, row, g.physical_segment(w.segment));
-        items[k] = Lifted{v, head};
-      }
+  // The staged value at position k of this thread's stretch (with one step, its register).
+  static __device__ __forceinline__ Value& slot(SharedStorage& smem, Value (&values)[kSteps], int k) {
+    if constexpr (kStaged) {
+      return smem.staged[k][threadIdx.x].value;
+    } else {
+      return values[0];
     }
-    Lifted total = items[0];
-#pragma unroll
-    for (int k = 1; k < kItems; ++k) total = Seg::combine(total, items[k]);
-    smem.warp_totals[warp][lane].value = total;
-    __syncthreads();
+  }
 
-    // ---- carry across the warps of the block, then across chunks by look-back ----
-    Lifted warp_prefix = Seg::identity();
-    for (int w = 0; w < warp; ++w) warp_prefix = Seg::combine(warp_prefix, smem.warp_totals[w][lane].value);
-    if (warp == 0) {
-      Lifted tile_total = Seg::identity();
-      for (int w = 0; w < kWarps; ++w) tile_total = Seg::combine(tile_total, smem.warp_totals[w][lane].value);
-      const int64_t slot = tile * 32 + lane;
-      // Warp 0 holds the tile's first position: a head there needs no carry-in. Lanes past the
-      // last row scan identities and need none either (they still publish, for their chain).
-      const bool starts_with_head = !active_row || items[0].head;
-      Lifted tile_prefix = Seg::identity();
-      // A disabled state means a single chunk (engine.cuh): chunk == 0 everywhere, so no tile
-      // looks back and nothing needs publishing.
-      if (state.enabled()) state.publish(slot, tile_total, (chunk == 0 || tile_total.head) ? kPrefix : kAggregate);
-      if (chunk > 0 && !starts_with_head) {
-        tile_prefix = g.deterministic ? wait_for_prefix<Seg>(state, slot - groups * 32)
-                                      : look_back_thread<Seg>(state, slot, group * 32 + lane, groups * 32);
-        if (!tile_total.head) state.publish(slot, Seg::combine(tile_prefix, tile_total), kPrefix);
-      }
-      smem.tile_prefix[lane].value = tile_prefix;
+  // This thread's place: its row, stretch, and the span of positions its block walks.
+  struct Place {
+    int column, stretch;
+    int64_t row;
+    bool active;         // row < rows (the last group may be partial)
+    int64_t begin, end;  // the span's positions
+  };
+
+  // The positions of the stretch at `pos` inside the span.
+  static __device__ __forceinline__ int count_in_span(const Place& at, int64_t pos) {
+    return pos >= at.end ? 0 : at.end - pos < kSteps ? static_cast<int>(at.end - pos) : kSteps;
+  }
+
+  // The kSteps values of the stretch at logical position `pos` (identity past the span's end
+  // and in inactive threads), in scan order.
+  template <class Cursor>
+  static __device__ __forceinline__ void load_stretch(const P& problem, const ScanGeometry& g, const Place& at,
+                                                      const Cursor& cursor, int64_t pos, Value (&values)[kSteps]) {
+    if (at.active && pos + kSteps <= at.end) {
+      const int64_t first = g.physical_pos(pos);
+      const int64_t step = g.reverse ? -1 : 1;
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) values[k] = problem.load(cursor, first + k * step);
+      return;
     }
-    __syncthreads();
-
-    // ---- outputs ----
-    if (!active_row || first >= g.len) return;
-    Lifted running = Seg::combine(smem.tile_prefix[lane].value, warp_prefix);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int64_t pos = first + k;
-      if (pos >= g.len) break;
-      if (k > 0) walker.enter(g, pos);
-      const int64_t ppos = g.physical_pos(pos);
-      const int64_t pseg = g.physical_segment(walker.segment);
+    for (int k = 0; k < kSteps; ++k) {
+      values[k] = at.active && pos + k < at.end ? problem.load(cursor, g.physical_pos(pos + k)) : M::identity();
+    }
+  }
+
+  // The total of the stretch at `pos`; the value at a segment start takes the problem's
+  // initial state, and `heads` gets a bit per segment start. `plain`: the stretch is whole and
+  // no segment starts or ends inside it past its first position. `walker` moves through it.
+  static __device__ __forceinline__ Lifted stretch_total(SharedStorage& smem, const P& problem, const ScanGeometry& g,
+                                                         const Place& at, int64_t pos, ColumnWalker& walker,
+                                                         Value (&values)[kSteps], unsigned& heads, bool& plain) {
+    plain = pos + kSteps <= at.end && walker.next_start >= pos + kSteps;
+    if (plain) {
+      const bool head = walker.is_head(pos);
+      if (head && at.active) values[0] = problem.at_head(values[0], at.row, g.physical_segment(walker.segment));
+      heads = head ? 1u : 0u;
+      Value total = values[0];
+#pragma unroll
+      for (int k = 1; k < kSteps; ++k) total = M::combine(total, values[k]);
+      return {total, head};
+    }
+    heads = 0;
+    Lifted total = Seg::identity();
+    if constexpr (kStaged) {
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) smem.staged[k][threadIdx.x].value = values[k];
+    }
+    const int count = count_in_span(at, pos);
+#pragma unroll 1
+    for (int k = 0; k < count; ++k) {
+      const int64_t p = pos + k;
+      walker.advance(g, p);
+      const bool head = walker.is_head(p);
+      Value& v = slot(smem, values, k);
+      if (head) {
+        heads |= 1u << k;
+        if (at.active) v = problem.at_head(v, at.row, g.physical_segment(walker.segment));
+      }
+      total = Seg::combine(total, Lifted{v, head});
+    }
+    return total;
+  }
+
+  // Stores the outputs of the stretch at `pos` from its carry-in `running` (`walker`: as it
+  // was at the stretch's start).
+  template <class Cursor>
+  static __device__ __forceinline__ void store_stretch(SharedStorage& smem, const P& problem, const ScanGeometry& g,
+                                                       const Place& at, const Cursor& cursor, int64_t pos,
+                                                       ColumnWalker walker, bool plain, unsigned heads, Lifted running,
+                                                       Value (&values)[kSteps]) {
+    if (plain) {
+      const int64_t first = g.physical_pos(pos);
+      const int64_t step = g.reverse ? -1 : 1;
+      const int64_t segment = g.physical_segment(walker.segment);
+      const bool head = heads != 0;
+      Value r = running.value;
       if (g.exclusive) {
-        problem.store(cursor, ppos, items[k].head ? problem.exclusive_head(row, pseg) : running.value);
+        problem.store(cursor, first, head ? problem.exclusive_head(at.row, segment) : r);
+        r = head ? values[0] : M::combine(r, values[0]);
+#pragma unroll
+        for (int k = 1; k < kSteps; ++k) {
+          problem.store(cursor, first + k * step, r);
+          r = M::combine(r, values[k]);
+        }
+      } else {
+        r = head ? values[0] : M::combine(r, values[0]);
+        problem.store(cursor, first, r);
+#pragma unroll
+        for (int k = 1; k < kSteps; ++k) {
+          r = M::combine(r, values[k]);
+          problem.store(cursor, first + k * step, r);
+        }
       }
-      running = Seg::combine(running, items[k]);
-      if (!g.exclusive) problem.store(cursor, ppos, running.value);
-      if (walker.is_last(pos)) problem.store_final(row, pseg, running.value);
+      if (walker.is_last(pos + kSteps - 1)) problem.store_final(at.row, segment, r);
+      return;
+    }
+    const int count = count_in_span(at, pos);
+#pragma unroll 1
+    for (int k = 0; k < count; ++k) {
+      const int64_t p = pos + k;
+      walker.advance(g, p);
+      const bool head = (heads >> k) & 1u;
+      const Value v = slot(smem, values, k);
+      const int64_t physical = g.physical_pos(p);
+      const int64_t segment = g.physical_segment(walker.segment);
+      if (g.exclusive) problem.store(cursor, physical, head ? problem.exclusive_head(at.row, segment) : running.value);
+      running = Seg::combine(running, Lifted{v, head});
+      if (!g.exclusive) problem.store(cursor, physical, running.value);
+      if (walker.is_last(p)) problem.store_final(at.row, segment, running.value);
+    }
+  }
+
+  // Walks the positions [at.begin, at.end) of the thread's row tile by tile, from `carry` (the
+  // total of everything before the span); stores the outputs unless `summary`. Returns the
+  // carry after the span.
+  static __device__ __forceinline__ Lifted walk_span(SharedStorage& smem, const P& problem, const ScanGeometry& g,
+                                                     const Place& at, Lifted carry, bool summary) {
+    const auto cursor = problem.cursor(at.active ? at.row : 0);
+    const int64_t offset = int64_t{at.stretch} * kSteps;  // of this stretch in a tile
+    int64_t pos = at.begin + offset;
+    ColumnWalker walker;
+    walker.seek(g, pos < g.len ? pos : g.len - 1);
+    Value current[kSteps], next[kSteps];
+    load_stretch(problem, g, at, cursor, pos, current);
+    for (int parity = 0;; parity ^= 1) {
+      const int64_t next_pos = pos + kTileLength;
+      const bool more = next_pos - offset < at.end;
+      if (kPrefetch && more) load_stretch(problem, g, at, cursor, next_pos, next);
+
+      const ColumnWalker stretch_start = walker;
+      unsigned heads;
+      bool plain;
+      const Lifted total = stretch_total(smem, problem, g, at, pos, walker, current, heads, plain);
+
+      // The stretches' totals in order: this stretch's carry-in, and the next tile's.
+      smem.totals[parity][at.stretch][at.column].value = total;
+      __syncthreads();
+      Lifted prefix = carry;
+#pragma unroll
+      for (int j = 0; j < kStretches; ++j) {
+        if (j == at.stretch) prefix = carry;
+        carry = Seg::combine(carry, smem.totals[parity][j][at.column].value);
+      }
+
+      if (!summary && at.active) {
+        store_stretch(smem, problem, g, at, cursor, pos, stretch_start, plain, heads, prefix, current);
+      }
+      if (!more) break;
+      if (!kPrefetch) load_stretch(problem, g, at, cursor, next_pos, next);
+      walker.advance(g, next_pos < g.len ? next_pos : g.len - 1);
+      pos = next_pos;
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) current[k] = next[k];
+    }
+    return carry;
+  }
+
+  // The block walks units (row group, span) blockIdx.x, blockIdx.x + gridDim.x, ...: in the
+  // summary pass it stores each span's total, in the full pass every output.
+  static __device__ void run(const P& problem, const ScanGeometry& g, const ColumnPlan& plan, bool summary) {
+    __shared__ SharedStorage smem;
+    Place at;
+    at.column = static_cast<int>(threadIdx.x) % kColumns;
+    at.stretch = static_cast<int>(threadIdx.x) / kColumns;
+    // The summary pass skips each row's last span: nothing reads its total.
+    const int64_t units = plan.groups * (summary ? plan.spans - 1 : plan.spans);
+    auto* span_totals = static_cast<Words<Lifted>*>(plan.span_totals);
+    for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const int64_t group = unit % plan.groups;
+      const int64_t span = unit / plan.groups;
+      at.row = group * kColumns + at.column;
+      at.active = at.row < g.rows;
+      at.begin = span * plan.span_length;
+      at.end = at.begin + plan.span_length < g.len ? at.begin + plan.span_length : g.len;
+      __syncthreads();  // the previous unit's last tile may still be read from shared memory
+      Lifted carry = Seg::identity();
+      if (!summary && span > 0 && at.active) carry = span_totals[(span - 1) * g.rows + at.row].value;
+      carry = walk_span(smem, problem, g, at, carry, summary);
+      if (summary && at.stretch == 0 && at.active) span_totals[span * g.rows + at.row].value = carry;
     }
   }
 };
 
 template <class P>
-__global__ void __launch_bounds__(ColumnScan<P>::kThreads)
-    column_scan_kernel(const P problem, const ScanGeometry g,
-                       const TileState<typename ColumnScan<P>::Lifted> state, int64_t groups) {
-  ColumnScan<P>::run(problem, g, state, groups);
+__global__ void __launch_bounds__(ColumnScan<P>::kThreads, ColumnScan<P>::Policy::kMinBlocksPerSM)
+    column_scan_kernel(const P problem, const ScanGeometry g, const ColumnPlan plan, bool summary) {
+  ColumnScan<P>::run(problem, g, plan, summary);
+}
+
+// Between the passes: turns each row's span totals into the carries into the spans after
+// them (an inclusive scan over spans, in place). A block per row: each thread folds a
+// contiguous share of the spans, the block scans the threads' folds, and each thread rewalks
+// its share from its prefix (a row may have thousands of spans: one thread per row walking
+// them in turn took most of a call's time).
+constexpr int kSpanCarryThreads = 128;
+
+template <class P>
+__global__ void __launch_bounds__(kSpanCarryThreads) column_span_carry_kernel(const ColumnPlan plan, int64_t rows) {
+  using Seg = typename ColumnScan<P>::Seg;
+  using Lifted = typename ColumnScan<P>::Lifted;
+  using Scan = BlockScan<Seg, kSpanCarryThreads>;
+  __shared__ typename Scan::Storage storage;
+  auto* totals = static_cast<Words<Lifted>*>(plan.span_totals);
+  const int64_t count = plan.spans - 1;
+  const int64_t share = (count + kSpanCarryThreads - 1) / kSpanCarryThreads;
+  const int64_t lo = threadIdx.x * share;
+  const int64_t hi = lo + share < count ? lo + share : count;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Lifted part = Seg::identity();
+    for (int64_t s = lo; s < hi; ++s) part = Seg::combine(part, totals[s * rows + row].value);
+    Lifted block_total;
+    Lifted running = Scan::exclusive(storage, part, block_total);
+    for (int64_t s = lo; s < hi; ++s) {
+      running = Seg::combine(running, totals[s * rows + row].value);
+      totals[s * rows + row].value = running;
+    }
+    __syncthreads();  // the next row's scan reuses the storage
+  }
 }
 
 }  // namespace parprims::cuda

@@ -2,7 +2,7 @@
 // and launches on the caller's stream (launch_context.h: no ATen here).
 //
 //   rows adjacent in memory, scanned dim strided, at least 2 rows -> column kernel (coalesced
-//   across rows)
+//   across rows; a block walks a group of rows through time)
 //   no packed sequences, enough rows to fill the GPU, rows at least half a tile long -> row-loop
 //   kernel (a block walks a whole row; nothing crosses blocks)
 //   anything else (one huge row, few long rows, packed sequences, short rows) -> flat kernel
@@ -49,30 +49,69 @@ bool use_row_loop(const ScanGeometry& g, int sm_count) {
   return g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * sm_count && g.len * 2 >= RowScan<P>::kTile;
 }
 
+// Blocks of `kernel` (with `threads` threads) that run at once on one SM (at least one).
+template <class Kernel>
+int blocks_per_sm(Kernel kernel, int threads) {
+  int n = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
+  return n > 0 ? n : 1;
+}
+
+// The column kernel's plan (column_scan.cuh): a block per 32 rows, and spans when those blocks
+// would fill less than kColumnSingleSlotsFraction of the GPU's block slots over their waves.
+template <class P>
+ColumnPlan plan_columns(const ScanGeometry& g, int64_t resident) {
+  using K = ColumnScan<P>;
+  ColumnPlan plan;
+  plan.groups = (g.rows + K::kColumns - 1) / K::kColumns;
+  plan.span_length = g.len;
+  const int64_t waves = (plan.groups + resident - 1) / resident;
+  if (static_cast<double>(plan.groups) >= kColumnSingleSlotsFraction * static_cast<double>(waves * resident)) {
+    return plan;
+  }
+  const int64_t tiles = (g.len + K::kTileLength - 1) / K::kTileLength;
+  int64_t spans = (kColumnSpanWaves * resident + plan.groups - 1) / plan.groups;
+  if (spans > tiles / kColumnMinSpanTiles) spans = tiles / kColumnMinSpanTiles;
+  if (spans <= 1) return plan;
+  plan.span_length = (tiles + spans - 1) / spans * K::kTileLength;
+  plan.spans = (g.len + plan.span_length - 1) / plan.span_length;
+  return plan;
+}
+
 struct Engine {
   static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
   LaunchContext ctx;  // the caller's device is current
+
+  // The column kernel: the summary pass first when rows are cut into spans, then the full pass;
+  // each with as many blocks as run at once (or one per unit), walking units in turn.
+  template <class P>
+  void launch_columns(const P& problem, const ScanGeometry& g) const {
+    using K = ColumnScan<P>;
+    static const int per_sm = blocks_per_sm(column_scan_kernel<P>, K::kThreads);
+    const int64_t resident = int64_t{per_sm} * ctx.sm_count;
+    ColumnPlan plan = plan_columns<P>(g, resident);
+    const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
+    if (plan.spans > 1) {
+      plan.span_totals = ctx.workspace->allocate((plan.spans - 1) * g.rows * sizeof(Words<typename K::Lifted>));
+      column_scan_kernel<P><<<grid(plan.groups * (plan.spans - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, plan, true);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const unsigned carry_blocks = static_cast<unsigned>(g.rows < 65535 ? g.rows : 65535);
+      column_span_carry_kernel<P><<<carry_blocks, kSpanCarryThreads, 0, ctx.stream>>>(plan, g.rows);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    column_scan_kernel<P><<<grid(plan.groups * plan.spans), K::kThreads, 0, ctx.stream>>>(problem, g, plan, false);
+  }
 
   template <class P>
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     if (g.rows == 0 || g.len == 0) return;
     const cudaStream_t stream = ctx.stream;
     if (layout.rows_adjacent && g.rows >= kMinColumnRows) {
-      using K = ColumnScan<P>;
-      const int64_t groups = (g.rows + 31) / 32;
-      const int64_t chunks = (g.len + K::kTileLength - 1) / K::kTileLength;
-      const int64_t tiles = groups * chunks;
-      // Chunks chain through the look-back; one chunk per group needs none.
-      auto state = make_tile_state<typename K::Lifted>(ctx, tiles * 32, chunks > 1);
-      column_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, stream>>>(problem, g, state, groups);
+      launch_columns(problem, g);
     } else if (use_row_loop<P>(g, ctx.sm_count)) {
       // As many blocks as run at once (or one per row): each walks its rows in turn.
-      static const int blocks_per_sm = [] {
-        int n = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, row_scan_kernel<P>, RowScan<P>::kThreads, 0));
-        return n;
-      }();
-      const int64_t resident = int64_t{blocks_per_sm} * ctx.sm_count;
+      static const int per_sm = blocks_per_sm(row_scan_kernel<P>, RowScan<P>::kThreads);
+      const int64_t resident = int64_t{per_sm} * ctx.sm_count;
       const int64_t blocks = g.rows < resident ? g.rows : resident;
       row_scan_kernel<P><<<static_cast<unsigned>(blocks), RowScan<P>::kThreads, 0, stream>>>(
           problem, g, !wide_access_disabled());

@@ -35,7 +35,7 @@ __device__ __forceinline__ void store_bypassing_l1(Words<T>* p, const T& v) {
 // predecessors started before it), then status flags, then aggregates and inclusive prefixes.
 // The counter and the flags must be zero before the launch.
 //
-// A launch whose tiles never look back (a single tile; column scans of one chunk) gets a null
+// A launch whose tiles never look back (a single tile) gets a null
 // state instead, with no workspace: tiles take their id from blockIdx.x and publish nothing
 // (`enabled()` is false). Kernels only look back from a tile whose predecessors in its chain
 // exist, which such launches never have.
@@ -122,22 +122,6 @@ __device__ __forceinline__ typename Seg::value_type wait_for_prefix(
     const auto v = state.wait(pred, is_prefix);
     if (is_prefix || v.head) return v;  // an aggregate that starts a segment is its own prefix
   }
-}
-
-// Per-thread look-back, for kernels whose lanes scan unrelated rows (the column kernel):
-// walks back one predecessor at a time (`step` apart) until a prefix or a segment start.
-template <class Seg>
-__device__ __forceinline__ typename Seg::value_type look_back_thread(
-    const TileState<typename Seg::value_type>& state, int64_t tile, int64_t first, int64_t step) {
-  using T = typename Seg::value_type;
-  T prefix = Seg::identity();
-  for (int64_t pred = tile - step; pred >= first; pred -= step) {
-    bool is_prefix;
-    const T v = state.wait(pred, is_prefix);
-    prefix = Seg::combine(v, prefix);
-    if (is_prefix || v.head) break;
-  }
-  return prefix;
 }
 
 }  // namespace parprims::cuda

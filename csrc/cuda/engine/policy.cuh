@@ -36,21 +36,37 @@ struct RowPolicy {
   static constexpr int kMinBlocksPerSM = kBytes <= 4 ? 6 : kBytes <= 8 ? 5 : 2;
 };
 
-// Column scans: 32 neighbouring rows per warp (one per lane), kWarps warps stacked along the
-// scanned dimension, kItems positions per thread.
+// Column scans: a block of kThreads threads holds 32 neighbouring rows (one per lane) times
+// kThreads / 32 stretches of kSteps positions. A thread holds two stretches of values (the one
+// it walks and the next one's loads), so wider values take fewer steps; values wider than 64
+// bytes (small matrices) take one warp per block, so that a tile's totals fit in shared
+// memory, and no second stretch in registers. Four stretches per tile keep the barrier's fold
+// of stretch totals short against the stretches' own work.
 template <class Value>
 struct ColumnPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Value));
-  static constexpr int kWarps = kBytes > 256 ? 1 : kBytes > 64 ? 2 : 8;
-  static constexpr int kItems = items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1;
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kTileLength = kWarps * kItems;  // positions along the scanned dim per tile
+  static constexpr int kThreads = kBytes > 64 ? 32 : 128;
+  static constexpr int kSteps = kBytes <= 8 ? 16 : kBytes <= 16 ? 8 : kBytes <= 32 ? 4 : kBytes <= 64 ? 2 : 1;
+  static constexpr bool kPrefetch = kBytes <= 32;
+  // Registers are capped (at 128) so that four blocks share an SM: 16 warps, each with two
+  // stretches of loads in flight.
+  static constexpr int kMinBlocksPerSM = kBytes <= 8 ? 4 : 1;
 };
 
-// The column kernel gives each lane of a warp its own row; with fewer rows than a warp some
-// lanes idle, but it still beats the flat kernel's strided walk: packed segmented_scan over
-// (1049109, 16) along dim 0 took 0.40 ms with it and 1.20 ms with the flat kernel (H200,
-// 2026-12-01). A single row is contiguous work for the flat kernel.
+// The column kernel cuts rows into spans (a summary pass, then the full pass) only when its
+// blocks over rows alone would fill less than this fraction of the GPU's block slots: the
+// summary pass reads the inputs a second time, so it pays only when most slots would idle.
+constexpr double kColumnSingleSlotsFraction = 0.5;
+// Spans give the GPU about this many waves of blocks (fewer if spans would get shorter than
+// kColumnMinSpanTiles tiles: each span's first tile waits for its loads unhidden).
+constexpr int kColumnSpanWaves = 4;
+constexpr int kColumnMinSpanTiles = 4;
+
+// The column kernel gives each lane its own row; with fewer rows than a block's 32 some
+// lanes idle, but it still beats the flat kernel's strided walk: packed
+// segmented_scan over (1049109, 16) along dim 0 took 0.40 ms with the look-back column kernel
+// and 1.20 ms with the flat kernel (H200, 2026-12-01). A single row is contiguous work for the
+// flat kernel.
 constexpr int kMinColumnRows = 2;
 
 // The row-loop kernel gives each block whole rows: it takes over from the flat kernel when
