@@ -28,6 +28,13 @@ void launch_select(const host::CompactCall& c, const LaunchContext& ctx) {
   call.capacity = c.capacity;
   const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
   TORCH_CHECK(tiles <= 0x7fffffff, "mask: too many elements (", call.n, ")");
+  // The policy's blocks per SM need more shared memory than the default carveout gives.
+  static const bool carveout_set = [] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(select_flagged_kernel<Word>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+    return true;
+  }();
+  (void)carveout_set;
   // A single tile looks back at nothing: no workspace, no memset.
   CountTileState state;
   if (tiles > 1) {

@@ -72,6 +72,16 @@ at::Tensor no_indices(const at::Tensor& like) { return at::empty({0}, like.optio
 
 }  // namespace
 
+// The number of true entries of a bool tensor, read back to the host (the exact-size forms'
+// sync): the device's compaction with no slots reads only the mask (`count_nonzero` reduces
+// it to int64 elementwise, several times slower on CUDA).
+int64_t count_true(const at::Tensor& mask, CompactRunner run) {
+  if (mask.numel() == 0) return 0;
+  const auto c = prepare_compact(at::Tensor(), mask.reshape({-1}), 0, 0, /*want_indices=*/false);
+  run(c);
+  return c.count.item<int64_t>();
+}
+
 bool compactable_element_size(int64_t bytes) {
   return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16;
 }
@@ -133,7 +143,7 @@ std::tuple<at::Tensor, at::Tensor> compact_exact(const at::Tensor& x, const at::
   check_mask(mask, x);
   const bool elements = selects_elements(x, mask, dim);
   // The exact form syncs (as x[mask] does): the output's size is the count.
-  const int64_t count = mask.count_nonzero().item<int64_t>();
+  const int64_t count = count_true(mask, run);
   if (elements) {
     const auto c = prepare_compact(x.reshape({-1}), mask.reshape({-1}), count, 0, return_indices);
     run(c);
@@ -270,7 +280,7 @@ at::Tensor offsets_from_flags(const at::Tensor& flags, std::optional<int64_t> ca
   at::Tensor starts = flags.clone();
   if (total > 0) starts.narrow(0, 0, 1).fill_(true);
   // The exact form syncs: the number of sequences is the output's size.
-  const int64_t slots = capacity.has_value() ? *capacity : starts.count_nonzero().item<int64_t>();
+  const int64_t slots = capacity.has_value() ? *capacity : count_true(starts, run);
   const auto c = prepare_compact(at::Tensor(), starts, slots, 0, /*want_indices=*/true);
   run(c);
   // Slots past the number of sequences (-1) become `total`: trailing empty sequences.

@@ -38,6 +38,9 @@ using CompactRunner = void (*)(const PreparedCompact&);
 // The element types the compaction copies (by size): 1, 2, 4, 8 or 16 bytes.
 bool compactable_element_size(int64_t bytes);
 
+// The number of true entries of a bool tensor, read back to the host.
+int64_t count_true(const at::Tensor& mask, CompactRunner run);
+
 PreparedCompact prepare_compact(const at::Tensor& source, const at::Tensor& mask_flat, int64_t capacity,
                                 const at::Scalar& fill_value, bool want_indices);
 

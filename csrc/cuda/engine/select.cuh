@@ -151,7 +151,7 @@ struct SelectFlagged {
 };
 
 template <class Word>
-__global__ void __launch_bounds__(SelectFlagged<Word>::kThreads)
+__global__ void __launch_bounds__(SelectFlagged<Word>::kThreads, SelectPolicy<Word>::kMinBlocksPerSM)
     select_flagged_kernel(const SelectCall<Word> c, const CountTileState state, int64_t tiles) {
   SelectFlagged<Word>::run(c, state, tiles);
 }
