@@ -11,6 +11,7 @@
 
 #include "block.cuh"
 #include "policy.cuh"
+#include "spans.cuh"
 
 namespace parprims::cuda {
 
@@ -93,32 +94,57 @@ struct RowScan {
     return M::combine(carry, tile_total);
   }
 
-  // The block walks rows blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs at
-  // once, engine.cuh), each tile by tile; the next tile, of this row or the next, is always
-  // loaded before the current one is scanned.
-  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide) {
+  // A block's units of work are spans of rows, numbered span * rows + row (a row not cut into
+  // spans is one unit); a unit's number is also where its span total goes (spans.cuh).
+  static __device__ __forceinline__ int64_t first_tile(const ScanGeometry& g, const SpanPlan& spans, int64_t unit) {
+    return spans.begin(unit / g.rows) / kTile;
+  }
+  static __device__ __forceinline__ int64_t end_tile(const ScanGeometry& g, const SpanPlan& spans, int64_t unit) {
+    return (spans.end(unit / g.rows, g.len) + kTile - 1) / kTile;
+  }
+  // The carry entering a unit: nothing at a row's start and in the summary pass; in the full
+  // pass, the carry out of the span before (span_carry_kernel's result).
+  static __device__ __forceinline__ Value entering_carry(const ScanGeometry& g, const SpanPlan& spans, int64_t unit,
+                                                        bool summary) {
+    if (summary || unit < g.rows) return M::identity();
+    return static_cast<const Words<Value>*>(spans.totals)[unit - g.rows].value;
+  }
+
+  // The block walks units blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs
+  // at once, engine.cuh), each tile by tile; the next tile, of this unit or the next, is always
+  // loaded before the current one is scanned. The summary pass (spans.cuh) stores each span's
+  // total instead of its outputs, and skips each row's last span.
+  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans, bool summary) {
     __shared__ SharedStorage smem;
-    const int64_t tiles_per_row = (g.len + kTile - 1) / kTile;
+    const int64_t units = g.rows * (summary ? spans.count - 1 : spans.count);
     const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
-    int64_t row = blockIdx.x, tile = 0;
-    if (row >= g.rows) return;
+    int64_t unit = blockIdx.x;
+    if (unit >= units) return;
+    int64_t row = unit % g.rows, tile = first_tile(g, spans, unit), end = end_tile(g, spans, unit);
     auto cursor = problem.cursor(row);
     Value current[kItems], next[kItems];
-    load(problem, g, cursor, offset, wide, current);
-    Value carry = M::identity();
+    load(problem, g, cursor, tile * kTile + offset, wide, current);
+    Value carry = entering_carry(g, spans, unit, summary);
     for (int parity = 0;; parity ^= 1) {
-      int64_t next_row = row, next_tile = tile + 1;
-      if (next_tile == tiles_per_row) {
-        next_row += gridDim.x;
-        next_tile = 0;
+      int64_t next_unit = unit, next_row = row, next_tile = tile + 1;
+      if (next_tile == end) {
+        next_unit += gridDim.x;
+        next_row = next_unit % g.rows;
+        next_tile = first_tile(g, spans, next_unit);
       }
-      const bool more = next_row < g.rows;
+      const bool more = next_unit < units;
       const auto next_cursor = next_row == row ? cursor : problem.cursor(more ? next_row : row);
       if (more) load(problem, g, next_cursor, next_tile * kTile + offset, wide, next);
-      carry = scan_tile(smem.scan[parity], problem, g, row, tile * kTile + offset, carry, current);
-      store(problem, g, cursor, tile * kTile + offset, wide, current);
-      if (!more) break;
-      if (next_tile == 0) carry = M::identity();
+      const int64_t pos = tile * kTile + offset;
+      carry = scan_tile(smem.scan[parity], problem, g, row, pos, carry, current);
+      if (!summary) store(problem, g, cursor, pos, wide, current);
+      if (next_unit != unit) {
+        if (summary && threadIdx.x == 0) static_cast<Words<Value>*>(spans.totals)[unit].value = carry;
+        if (!more) break;
+        carry = entering_carry(g, spans, next_unit, summary);
+        unit = next_unit;
+        end = end_tile(g, spans, unit);
+      }
       row = next_row;
       tile = next_tile;
       cursor = next_cursor;
@@ -130,8 +156,8 @@ struct RowScan {
 
 template <class P>
 __global__ void __launch_bounds__(RowScan<P>::kThreads, RowScan<P>::kMinBlocksPerSM)
-    row_scan_kernel(const P problem, const ScanGeometry g, bool wide) {
-  RowScan<P>::run(problem, g, wide);
+    row_scan_kernel(const P problem, const ScanGeometry g, bool wide, const SpanPlan spans, bool summary) {
+  RowScan<P>::run(problem, g, wide, spans, summary);
 }
 
 }  // namespace parprims::cuda
