@@ -111,13 +111,15 @@ struct Engine {
     if (g.segments.offsets == nullptr) {
       static const int per_sm = blocks_per_sm(row_scan_kernel<P>, RowScan<P>::kThreads);
       const int64_t resident = int64_t{per_sm} * ctx.sm_count;
-      if (g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len * 2 >= RowScan<P>::kTile) {
+      // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits).
+      const bool counts_fit = g.rows * ((g.len + RowScan<P>::kTile - 1) / RowScan<P>::kTile) < (int64_t{1} << 30);
+      if (counts_fit && g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len * 2 >= RowScan<P>::kTile) {
         SpanPlan whole_rows;
         whole_rows.length = g.len;
         return launch_rows(problem, g, whole_rows, resident);
       }
       const SpanPlan spans = plan_spans(g.rows, g.len, RowScan<P>::kTile, resident);
-      if (spans.count > 1) return launch_rows(problem, g, spans, resident);
+      if (counts_fit && spans.count > 1) return launch_rows(problem, g, spans, resident);
     }
     using K = FlatScan<P>;
     const int64_t total = g.rows * g.len;

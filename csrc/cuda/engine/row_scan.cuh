@@ -96,11 +96,22 @@ struct RowScan {
 
   // A block's units of work are spans of rows, numbered span * rows + row (a row not cut into
   // spans is one unit); a unit's number is also where its span total goes (spans.cuh).
-  static __device__ __forceinline__ int64_t first_tile(const ScanGeometry& g, const SpanPlan& spans, int64_t unit) {
-    return spans.begin(unit / g.rows) / kTile;
-  }
-  static __device__ __forceinline__ int64_t end_tile(const ScanGeometry& g, const SpanPlan& spans, int64_t unit) {
-    return (spans.end(unit / g.rows, g.len) + kTile - 1) / kTile;
+  // Rows, units and tiles of a row count in 32 bits (engine.cuh sends larger counts to the flat
+  // kernel; a tensor would need 2^40 elements to reach them).
+  struct Unit {
+    int32_t row;
+    int32_t tile;      // its first tile in the row
+    int32_t end_tile;  // one past its last
+  };
+  // Rows not cut into spans (the dense rows' path) take no division.
+  static __device__ __forceinline__ Unit locate(const ScanGeometry& g, const SpanPlan& spans, int32_t unit,
+                                                int32_t tiles_per_row) {
+    if (spans.count == 1) return {unit, 0, tiles_per_row};
+    const int32_t rows = static_cast<int32_t>(g.rows);
+    const int32_t span = unit / rows;
+    const int32_t span_tiles = static_cast<int32_t>(spans.length / kTile);  // spans are whole tiles
+    const int32_t first = span * span_tiles;
+    return {unit - span * rows, first, first + span_tiles < tiles_per_row ? first + span_tiles : tiles_per_row};
   }
   // The carry entering a unit: nothing at a row's start and in the summary pass; in the full
   // pass, the carry out of the span before (span_carry_kernel's result).
@@ -116,37 +127,36 @@ struct RowScan {
   // total instead of its outputs, and skips each row's last span.
   static __device__ void run(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans, bool summary) {
     __shared__ SharedStorage smem;
-    const int64_t units = g.rows * (summary ? spans.count - 1 : spans.count);
+    const int32_t units = static_cast<int32_t>(g.rows * (summary ? spans.count - 1 : spans.count));
+    const int32_t tiles_per_row = static_cast<int32_t>((g.len + kTile - 1) / kTile);
     const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
-    int64_t unit = blockIdx.x;
+    int32_t unit = blockIdx.x;
     if (unit >= units) return;
-    int64_t row = unit % g.rows, tile = first_tile(g, spans, unit), end = end_tile(g, spans, unit);
-    auto cursor = problem.cursor(row);
+    Unit at = locate(g, spans, unit, tiles_per_row);
+    auto cursor = problem.cursor(at.row);
     Value current[kItems], next[kItems];
-    load(problem, g, cursor, tile * kTile + offset, wide, current);
+    load(problem, g, cursor, int64_t{at.tile} * kTile + offset, wide, current);
     Value carry = entering_carry(g, spans, unit, summary);
     for (int parity = 0;; parity ^= 1) {
-      int64_t next_unit = unit, next_row = row, next_tile = tile + 1;
-      if (next_tile == end) {
+      int32_t next_unit = unit;
+      Unit next_at{at.row, at.tile + 1, at.end_tile};
+      if (next_at.tile == at.end_tile) {
         next_unit += gridDim.x;
-        next_row = next_unit % g.rows;
-        next_tile = first_tile(g, spans, next_unit);
+        next_at = locate(g, spans, next_unit, tiles_per_row);
       }
       const bool more = next_unit < units;
-      const auto next_cursor = next_row == row ? cursor : problem.cursor(more ? next_row : row);
-      if (more) load(problem, g, next_cursor, next_tile * kTile + offset, wide, next);
-      const int64_t pos = tile * kTile + offset;
-      carry = scan_tile(smem.scan[parity], problem, g, row, pos, carry, current);
+      const auto next_cursor = next_at.row == at.row ? cursor : problem.cursor(more ? next_at.row : at.row);
+      if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
+      const int64_t pos = int64_t{at.tile} * kTile + offset;
+      carry = scan_tile(smem.scan[parity], problem, g, at.row, pos, carry, current);
       if (!summary) store(problem, g, cursor, pos, wide, current);
       if (next_unit != unit) {
         if (summary && threadIdx.x == 0) static_cast<Words<Value>*>(spans.totals)[unit].value = carry;
         if (!more) break;
         carry = entering_carry(g, spans, next_unit, summary);
         unit = next_unit;
-        end = end_tile(g, spans, unit);
       }
-      row = next_row;
-      tile = next_tile;
+      at = next_at;
       cursor = next_cursor;
 #pragma unroll
       for (int k = 0; k < kItems; ++k) current[k] = next[k];
