@@ -4,10 +4,11 @@
 
 The pytest suite is too slow under the sanitizer (its references loop over time on the device),
 so this script runs the kernels alone: the row-loop kernel (also cut into spans for few long
-rows), the flat and column scan kernels (the column kernel in one pass and cut into spans), the affine
-scan forward and its one-scan backward, segmented scans, and the selective scan forward and
-backward with time segments (packed sequences that end at segment ends, dense rows, bfloat16,
-several state tiles). It checks nothing but that every call completes; the tests check values.
+rows), the flat and column scan kernels (the column kernel in one pass and cut into spans), the
+affine scan forward and its one-scan backward, segmented scans, the compaction's select kernel,
+and the selective scan forward and backward with time segments (packed sequences that end at
+segment ends, dense rows, bfloat16, several state tiles). It checks nothing but that every call
+completes; the tests check values.
 """
 import argparse
 
@@ -47,6 +48,19 @@ def scans(dev):
     pp.affine_scan(torch.rand(4096, 64, device=dev), x, 0, cu_seqlens=offsets)
 
 
+def compaction(dev):
+    # The select kernel: several tiles, data aligned to a thread's run and not, a capacity that
+    # ends inside a tile, elements of 1, 4 and 16 bytes, indices only.
+    n = 5 * 4096 + 77
+    x = torch.randn(n + 3, device=dev)
+    mask = torch.rand(n + 5, device=dev) > 0.4
+    for xs, ms in ((x[:n], mask[:n]), (x[3:], mask[5:])):
+        pp.compact(xs, ms, capacity=n // 3, return_indices=True)
+        pp.compact(xs.to(torch.complex128), ms, capacity=n)
+        pp.compact(ms, ms, capacity=n, return_indices=True)
+    pp.compact(x[:1000], mask[:1000])  # one tile, exact size
+
+
 def selective(dev, b, d, L, n, dtype, lengths=None, const=False):
     u = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
     delta = (torch.rand(b, d, L, device=dev) * 0.2).to(dtype).requires_grad_()
@@ -72,6 +86,7 @@ def main():
     dev = p.parse_args().device
     torch.manual_seed(0)
     scans(dev)
+    compaction(dev)
     selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0))
     selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
     selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))

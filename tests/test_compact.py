@@ -14,8 +14,9 @@ from helpers import OPCHECK_UTILS, capture_cuda_graph, make_offsets, random_leng
 
 _ops = torch.ops.parprims
 
-# The CUDA flat kernel's tile is 128 threads x 16 items; sizes around it and several tiles.
-SIZES = (0, 1, 31, 33, 2047, 2048, 2049, 3 * 2048 + 5)
+# The CUDA select kernel's tile is 256 threads x 16 items for 4-byte elements (x 8 for 8-byte
+# and x 4 for 16-byte ones); sizes around a tile and several tiles.
+SIZES = (0, 1, 31, 33, 2047, 4095, 4096, 4097, 3 * 4096 + 5)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,28 @@ def test_compact_small_for_sanitizer(device):
         v, c = pp.compact(x[:, 0], mask, capacity=capacity)
         assert torch.equal(v.cpu(), ref.compact(x[:, 0].cpu(), mask.cpu(), 0, capacity, 0)[0])
     assert torch.equal(pp.compact(x, mask.view(37, 1).expand(37, 3)), x[mask.view(37, 1).expand(37, 3)])
+
+
+@pytest.mark.parametrize("dtype", (torch.bool, torch.bfloat16, torch.float32, torch.float64, torch.complex128))
+@pytest.mark.parametrize("density", (0.5, 0.03, 0.97))
+def test_compact_many_tiles(dtype, density, device):
+    """Many tiles of the select kernel (their counts joined by the look-back), with data aligned
+    to a thread's run (wide loads) and not (views at odd offsets: element loads), and capacities
+    that end inside a tile."""
+    n = 37 * 4096 + 1234
+    base = torch.randn(n + 16, device=device).to(dtype) if dtype != torch.bool else torch.rand(n + 16, device=device) > 0.5
+    flags = torch.rand(n + 16, device=device) < density
+    for x, mask in ((base[:n], flags[:n]), (base[16:], flags[16:]), (base[3:n + 3], flags[5:n + 5])):
+        want, want_indices = x[mask], mask.nonzero().flatten()
+        count = want.numel()
+        for capacity in (count, count // 3, count + 100):
+            values, got, indices = pp.compact(x, mask, capacity=capacity, fill_value=1, return_indices=True)
+            kept = min(capacity, count)
+            assert int(got) == count
+            assert torch.equal(values[:kept], want[:kept]) and torch.equal(indices[:kept], want_indices[:kept])
+            assert bool((values[kept:] == 1).all()) and bool((indices[kept:] == -1).all())
+        assert torch.equal(pp.compact(x, mask, capacity=count)[0], want)  # values only
+        assert torch.equal(pp.compact(mask, mask, capacity=count, return_indices=True)[2], want_indices)
 
 
 def test_sync_free_nonzero(device):

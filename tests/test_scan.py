@@ -284,8 +284,9 @@ def test_max_min_backward_uses_the_forwards_indices(op, packed, device):
     y_op, g_op, op_backward_ops = run(_ops.segmented_scan if packed else _ops.scan)
     assert any("_scan_with_indices" in o for o in op_backward_ops)
     assert torch.equal(y, y_op)
-    # Both scatter with scatter_add, whose CUDA atomics add a run's gradients in any order.
-    torch.testing.assert_close(g, g_op, rtol=1e-6, atol=1e-6)
+    # Both scatter with scatter_add, whose CUDA atomics add a run's gradients in any order: an
+    # early maximum collects up to 300 terms of about 1, summed in float32 in any order.
+    torch.testing.assert_close(g, g_op, rtol=1e-5, atol=3e-5)
 
 
 def test_double_backward_of_max(device):

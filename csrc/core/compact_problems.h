@@ -1,5 +1,7 @@
 // Stream compaction as a scan problem: predicate -> exclusive scan -> scatter, in one pass of
-// the scan engines.
+// the CPU scan engine. (CUDA runs the select kernel, cuda/engine/select.cuh, on the same
+// CompactWord types: a tile's kept elements are staged and stored together there, which a
+// per-position store cannot do.)
 //
 // The engine scans the keep flags with Add<int64_t> (exclusive), so each position receives the
 // number of kept positions before it: for a kept position, its slot in the output. The store
@@ -65,44 +67,6 @@ struct CompactProblem : ProblemBase<Add<int64_t>> {
     if (indices != nullptr) indices[slot] = pos;
   }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, int64_t total) const { *count = total; }
-
-  // Wide accesses (device code; the host always takes the element path): a run's mask bytes
-  // in one load, and its source elements in wide loads before the scatter.
-  template <int N>
-  PP_HD bool load_run(Cursor, int64_t pos, int64_t (&flags)[N]) const {
-    bool keep[N];
-    if (!load_wide<N>(mask + pos, keep)) return false;
-#pragma unroll
-    for (int i = 0; i < N; ++i) flags[i] = keep[i] ? 1 : 0;
-    return true;
-  }
-  template <int N>
-  PP_HD bool store_run(Cursor, int64_t pos, const int64_t (&slots)[N]) const {
-    bool keep[N];
-    if (!load_wide<N>(mask + pos, keep)) return false;
-    bool any = false;
-#pragma unroll
-    for (int i = 0; i < N; ++i) any = any || keep[i];
-    if (!any) return true;  // nothing kept: the source is not read
-    if (values != nullptr) {
-      Word words[N];
-      if (!load_wide<N>(source + pos, words)) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) words[i] = source[pos + i];
-      }
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        if (keep[i] && slots[i] < capacity) values[slots[i]] = words[i];
-      }
-    }
-    if (indices != nullptr) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        if (keep[i] && slots[i] < capacity) indices[slots[i]] = pos + i;
-      }
-    }
-    return true;
-  }
 };
 
 }  // namespace parprims

@@ -1,6 +1,6 @@
 // The CUDA ops of the compaction family: compact, compact_capacity, _compact_backward,
-// segmented_compact, pad and the offsets helpers. The device work is the compaction on the
-// CUDA scan engine and the fill of the slots past the count, which reads the count on the
+// segmented_compact, pad and the offsets helpers. The device work is the select kernel
+// (engine/select.cuh) and the fill of the slots past the count, which reads the count on the
 // device: no host synchronization (compact_scatter.cu). The rest is host/compact_host.cpp.
 // Host code only. Schemas: csrc/registration.cpp.
 #include <torch/library.h>

@@ -1,4 +1,5 @@
-// CUDA kernels of the compaction (see compact_instantiations.h).
+// CUDA kernels of the compaction (see compact_instantiations.h): the select kernel
+// (engine/select.cuh) and the fill of the slots past the count.
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
@@ -6,13 +7,37 @@
 
 #include "../host/compact_dispatch.h"
 #include "compact_instantiations.h"
-#include "engine/engine.cuh"
+#include "engine/select.cuh"
 
 namespace parprims::cuda {
 namespace {
 
 constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
+
+template <class Word>
+void launch_select(const host::CompactCall& c, const LaunchContext& ctx) {
+  using K = SelectFlagged<Word>;
+  SelectCall<Word> call;
+  call.mask = c.mask;
+  call.source = static_cast<const Word*>(c.source);
+  call.values = static_cast<Word*>(c.values);
+  call.indices = c.indices;
+  call.count = c.count;
+  call.n = c.geometry.len;
+  call.capacity = c.capacity;
+  const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
+  TORCH_CHECK(tiles <= 0x7fffffff, "mask: too many elements (", call.n, ")");
+  // A single tile looks back at nothing: no workspace, no memset.
+  CountTileState state;
+  if (tiles > 1) {
+    void* memory = ctx.workspace->allocate(CountTileState::bytes(tiles));
+    C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, CountTileState::bytes(tiles), ctx.stream));
+    state = CountTileState::at(memory);
+  }
+  select_flagged_kernel<Word><<<static_cast<unsigned>(tiles), K::kThreads, 0, ctx.stream>>>(call, state, tiles);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
 template <class Word>
 __global__ void __launch_bounds__(kFillThreads)
@@ -35,19 +60,16 @@ void launch_fill_tail(void* slots, int64_t capacity, const int64_t* count, const
 
 }  // namespace
 
-void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx) { host::dispatch_compact(c, Engine{ctx}); }
+void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx) {
+  host::with_compact_word(c.element_bytes, [&](auto tag) { launch_select<typename decltype(tag)::type>(c, ctx); });
+}
 
 void fill_tail(void* slots, int64_t element_bytes, int64_t capacity, const int64_t* count, const FillBits& bits,
                const LaunchContext& ctx) {
   if (capacity == 0) return;
-  switch (element_bytes) {
-    case 1: return launch_fill_tail<CompactWord<1>>(slots, capacity, count, bits, ctx);
-    case 2: return launch_fill_tail<CompactWord<2>>(slots, capacity, count, bits, ctx);
-    case 4: return launch_fill_tail<CompactWord<4>>(slots, capacity, count, bits, ctx);
-    case 8: return launch_fill_tail<CompactWord<8>>(slots, capacity, count, bits, ctx);
-    case 16: return launch_fill_tail<CompactWord<16>>(slots, capacity, count, bits, ctx);
-    default: TORCH_CHECK(false, "x: elements of ", element_bytes, " bytes are not supported");
-  }
+  host::with_compact_word(element_bytes, [&](auto tag) {
+    launch_fill_tail<typename decltype(tag)::type>(slots, capacity, count, bits, ctx);
+  });
 }
 
 }  // namespace parprims::cuda

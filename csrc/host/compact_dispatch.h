@@ -1,6 +1,7 @@
-// Dispatch of the compaction onto an engine (CPU or CUDA): from a kernel call
-// (host/compact_call.h) to the CompactProblem of the values' element size. Elements are copied
-// as raw words, so five instantiations cover every dtype. No ATen, like host/scan_dispatch.h.
+// Dispatch of the compaction by element size (elements are copied as raw words), and onto a
+// scan engine: from a kernel call (host/compact_call.h) to the CompactProblem of the values'
+// word. The CPU runs the problem on its scan engine; CUDA runs the select kernel
+// (cuda/engine/select.cuh) on the same call. No ATen, like host/scan_dispatch.h.
 //
 // An Engine is a callable `engine(problem, geometry, layout)` (host/scan_dispatch.h).
 #pragma once
@@ -10,29 +11,39 @@
 
 namespace parprims::host {
 
-template <class Word, class Engine>
-void run_compact_words(const CompactCall& c, Engine& engine) {
-  CompactProblem<Word> p;
-  p.mask = c.mask;
-  p.source = static_cast<const Word*>(c.source);
-  p.values = static_cast<Word*>(c.values);
-  p.indices = c.indices;
-  p.count = c.count;
-  p.capacity = c.capacity;
-  engine(p, c.geometry, c.layout);
+// Calls f(WordTag<Bytes>{}) for an element size of 1, 2, 4, 8 or 16 bytes: elements are
+// copied as raw words, so five instantiations cover every dtype.
+template <int Bytes>
+struct WordTag {
+  using type = CompactWord<Bytes>;
+};
+
+template <class F>
+void with_compact_word(int64_t element_bytes, F&& f) {
+  switch (element_bytes) {
+    case 1: return f(WordTag<1>{});
+    case 2: return f(WordTag<2>{});
+    case 4: return f(WordTag<4>{});
+    case 8: return f(WordTag<8>{});
+    case 16: return f(WordTag<16>{});
+    default: TORCH_CHECK(false, "x: elements of ", element_bytes, " bytes are not supported");
+  }
 }
 
 // Scans and scatters; the slots past the count are the caller's (see CompactRunner).
 template <class Engine>
 void dispatch_compact(const CompactCall& c, Engine engine) {
-  switch (c.element_bytes) {
-    case 1: return run_compact_words<CompactWord<1>>(c, engine);
-    case 2: return run_compact_words<CompactWord<2>>(c, engine);
-    case 4: return run_compact_words<CompactWord<4>>(c, engine);
-    case 8: return run_compact_words<CompactWord<8>>(c, engine);
-    case 16: return run_compact_words<CompactWord<16>>(c, engine);
-    default: TORCH_CHECK(false, "x: elements of ", c.element_bytes, " bytes are not supported");
-  }
+  with_compact_word(c.element_bytes, [&](auto tag) {
+    using Word = typename decltype(tag)::type;
+    CompactProblem<Word> p;
+    p.mask = c.mask;
+    p.source = static_cast<const Word*>(c.source);
+    p.values = static_cast<Word*>(c.values);
+    p.indices = c.indices;
+    p.count = c.count;
+    p.capacity = c.capacity;
+    engine(p, c.geometry, c.layout);
+  });
 }
 
 }  // namespace parprims::host

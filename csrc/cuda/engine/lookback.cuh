@@ -124,4 +124,69 @@ __device__ __forceinline__ typename Seg::value_type wait_for_prefix(
   }
 }
 
+// ---- counts: status and value in one word ----
+
+// The look-back state of a scan of counts (the compaction's kept elements): each tile's count
+// and its status share one 64-bit word (status in the top two bits, the count below), so a
+// predecessor costs one load, and a flag can never be seen before its value. Counts stay below
+// 2^62. The counter and the words must be zero before the launch.
+struct CountTileState {
+  unsigned long long* counter = nullptr;
+  unsigned long long* words = nullptr;
+
+  static constexpr int kStatusShift = 62;
+  static constexpr unsigned long long kCountMask = (1ull << kStatusShift) - 1;
+
+  __host__ __device__ __forceinline__ bool enabled() const { return counter != nullptr; }
+
+  static size_t bytes(int64_t tiles) { return static_cast<size_t>(tiles + 1) * sizeof(unsigned long long); }
+  static CountTileState at(void* base) {
+    CountTileState s;
+    s.counter = static_cast<unsigned long long*>(base);
+    s.words = s.counter + 1;
+    return s;
+  }
+
+  // As TileState::claim_tile: dynamic ids (every tile's predecessors started before it).
+  __device__ __forceinline__ unsigned long long claim_tile() const {
+    return enabled() ? atomicAdd(counter, 1ull) : static_cast<unsigned long long>(blockIdx.x);
+  }
+
+  __device__ __forceinline__ void publish(int64_t tile, unsigned long long count, TileStatus st) const {
+    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device> word(words[tile]);
+    word.store((static_cast<unsigned long long>(st) << kStatusShift) | count, ::cuda::memory_order_relaxed);
+  }
+
+  __device__ __forceinline__ unsigned long long load(int64_t tile) const {
+    ::cuda::atomic_ref<unsigned long long, ::cuda::thread_scope_device> word(words[tile]);
+    return word.load(::cuda::memory_order_relaxed);
+  }
+
+  static __device__ __forceinline__ int status_of(unsigned long long word) {
+    return static_cast<int>(word >> kStatusShift);
+  }
+};
+
+// Warp-cooperative look-back over counts: lane i reads the tile i+1 places back, the warp
+// waits until all 32 have published, adds the counts up to the nearest inclusive prefix, and
+// moves 32 tiles back if there is none. Called by one whole warp of a tile > 0; every lane
+// returns the tile's exclusive prefix (the kept elements before it).
+__device__ __forceinline__ unsigned long long look_back_counts(const CountTileState& state, int64_t tile) {
+  const int lane = threadIdx.x & 31;
+  unsigned long long prefix = 0;
+  for (int64_t base = tile - 1;; base -= 32) {
+    const int64_t pred = base - lane;
+    // Before the first tile: an inclusive prefix of nothing.
+    unsigned long long word = pred >= 0 ? state.load(pred) : static_cast<unsigned long long>(kPrefix) << CountTileState::kStatusShift;
+    while (__any_sync(kFullMask, CountTileState::status_of(word) == kInvalid)) {
+      if (CountTileState::status_of(word) == kInvalid) word = state.load(pred);
+    }
+    const unsigned prefixes = __ballot_sync(kFullMask, CountTileState::status_of(word) == kPrefix);
+    const int nearest = prefixes ? __ffs(prefixes) - 1 : 31;
+    const unsigned long long count = lane <= nearest ? word & CountTileState::kCountMask : 0;
+    prefix += warp_reduce<Add<unsigned long long>>(count);
+    if (prefixes) return prefix;
+  }
+}
+
 }  // namespace parprims::cuda

@@ -75,6 +75,18 @@ constexpr int kMinColumnRows = 2;
 // kernel otherwise.
 constexpr int kRowLoopRowsPerSM = 2;
 
+// The compaction (select.cuh): a block of kThreads threads takes a tile of consecutive
+// positions, kItems per thread, loading a thread's mask bytes in one wide load and its
+// elements in 64 bytes of wide loads; the kept elements of a tile are staged in shared memory
+// (kTile elements at most) before their coalesced store.
+template <class Word>
+struct SelectPolicy {
+  static constexpr int kBytes = static_cast<int>(sizeof(Word));
+  static constexpr int kThreads = 256;
+  static constexpr int kItems = kBytes <= 4 ? 16 : 64 / kBytes;
+  static constexpr int kTile = kThreads * kItems;
+};
+
 }  // namespace parprims::cuda
 
 namespace parprims::cuda {
