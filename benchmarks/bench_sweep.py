@@ -9,10 +9,10 @@ Ideal bytes: a scan reads x and writes y; an affine scan reads a and b and write
 Besides the usual table and ``<device>.json`` records (script ``bench_sweep``), it draws
 ``<out>/<device>-sweep.png``: one line per (op, dtype, implementation), and the two row lengths
 where the CUDA dispatch switches kernels for these shapes (``cuda/engine/engine.cuh``,
-``use_row_loop``, and ``cuda/engine/policy.cuh``): below half a row tile the flat kernel packs
+``Engine::operator()``, and ``cuda/engine/policy.cuh``): below half a row tile the flat kernel packs
 several rows into a tile; from half a tile while there are at least two rows per SM, the
-row-loop kernel gives each block whole rows; past that (few long rows) the flat kernel with its
-decoupled look-back takes over again.
+row-loop kernel gives each block whole rows; past that (few long rows) the row-loop kernel cuts
+each row into spans (a summary pass, then the full pass from each span's carry).
 
     python3 benchmarks/bench_sweep.py --device cuda             # about a minute on an H200
     python3 benchmarks/bench_sweep.py --device cpu --quick      # smoke test
@@ -135,7 +135,7 @@ def plot_sweep(h, records, path):
         for op, tile in ROW_TILE.items():
             ax.axvline(math.log2(tile // 2), color=colors["scan:add" if op == "scan" else "affine_scan"], ls=":", lw=1)
         ax.axvline(last_row_loop + 0.5, color="black", ls=":", lw=1)
-        ax.text(last_row_loop + 0.6, 0.02, f"< {ROW_LOOP_ROWS_PER_SM} rows per SM:\nflat kernel, look-back", fontsize=8)
+        ax.text(last_row_loop + 0.6, 0.02, f"< {ROW_LOOP_ROWS_PER_SM} rows per SM:\nrows cut into spans", fontsize=8)
         ax.text(math.log2(ROW_TILE["affine"] // 2) - 5.5, 0.02, "rows < half a tile:\nflat kernel, rows packed", fontsize=8)
     ax.set_xlabel(f"log2(row length), 2^{log2_total(h)} elements in all")
     ax.set_ylabel("fraction of copy bandwidth")

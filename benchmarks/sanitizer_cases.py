@@ -3,11 +3,12 @@
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 benchmarks/sanitizer_cases.py
 
 The pytest suite is too slow under the sanitizer (its references loop over time on the device),
-so this script runs the kernels alone: the row-loop, flat and column scan kernels (the column
-kernel in one pass and cut into spans), the affine scan forward and its one-scan backward,
-segmented scans, the compaction's select kernel, and the selective scan forward and backward
-with time segments (packed sequences that end at segment ends, dense rows, bfloat16, several
-state tiles). It checks nothing but that every call completes; the tests check values.
+so this script runs the kernels alone: the row-loop kernel (also cut into spans for few long
+rows), the flat and column scan kernels (the column kernel in one pass and cut into spans), the
+affine scan forward and its one-scan backward, segmented scans, the compaction's select kernel,
+and the selective scan forward and backward with time segments (packed sequences that end at
+segment ends, dense rows, bfloat16, several state tiles). It checks nothing but that every call
+completes; the tests check values.
 """
 import argparse
 
@@ -26,6 +27,13 @@ def scans(dev):
             (h.square().sum() + f.sum()).backward()  # the one-scan backward
             pp.scan(b.detach(), -1, "add", reverse=rev, exclusive=True)
             pp.scan(b.detach().bfloat16(), -1, "max", reverse=rev)
+    # Few long rows and one 1-D row: the row loop cut into spans (summary pass, carry, full pass).
+    long_a = (torch.rand(5, 40000, device=dev) * 0.5 + 0.5).requires_grad_()
+    long_b = torch.randn(5, 40000, device=dev, requires_grad=True)
+    h, f = pp.affine_scan(long_a, long_b, -1, reverse=True)
+    (h.square().sum() + f.sum()).backward()
+    pp.scan(torch.randn(300001, device=dev), 0, "add", exclusive=True)
+    pp.scan(torch.randn(3, 70001, device=dev).bfloat16(), -1, "max", reverse=True)
     x = torch.randn(4096, 64, device=dev)  # the column kernel (time strided), cut into spans
     pp.scan(x, 0, "add")
     # The column kernel in one pass (enough rows to fill the GPU, the last block partial), and

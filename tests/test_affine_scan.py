@@ -164,6 +164,9 @@ def _samples():
             # Hundreds of spans per row: the carry kernel's threads each fold several.
             S((1, 16), 0, init="state", lengths="chunk_crossing_short", reverse=True),
             S((40000, 16), 0, init="state", exclusive=True)]
+    # Few long rows along the contiguous dim: on CUDA, rows cut into spans.
+    out += [S((5, 40000), -1, init="state", reverse=True, log_gates=True),
+            S((300001,), 0, init="state", exclusive=True, dtype=torch.bfloat16)]
     # torch.compile samples.
     out.append(S((2, 3, 40), -1, "1x1", dtype=torch.float64, init="state", compile=True))
     out.append(S((6, 2), 0, init="state", lengths="random", reverse=True, log_gates=True, compile=True))

@@ -60,6 +60,10 @@ def _samples():
             out.append(S((2, n), -1, op, exclusive=n % 2 == 1, reverse=op in ("max", "add") and n % 3 == 0))
     out.append(S((2, GPU_MULTI_TILE + 3), -1, "add", reverse=True, slow=True))
     out.append(S((2, GPU_MULTI_TILE + 3), -1, "logaddexp", exclusive=True, slow=True))
+    # Few long rows: on CUDA, rows cut into spans (a summary pass, a carry kernel, the full pass).
+    for op, (ex, rv) in zip(("add", "max", "logaddexp", "mul"), itertools.product((False, True), repeat=2)):
+        out.append(S((5, 40000), -1, op, exclusive=ex, reverse=rv))
+    out.append(S((300001,), 0, "add", torch.float64, exclusive=True, reverse=True))
     # Every dim of a 3-D tensor in every layout.
     for i, (dim, view) in enumerate(itertools.product((0, 1, 2, -1, -2), VIEWS)):
         op = OPS[i % len(OPS)]

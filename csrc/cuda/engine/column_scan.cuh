@@ -15,25 +15,20 @@
 // the monoid, no per-position segment checks. Other stretches walk position by position.
 //
 // When the blocks over rows alone would leave most of the GPU idle (few rows: a packed batch
-// of 2048 channels is 64 blocks), each row is cut into `spans` spans that run in parallel: a
-// summary pass (the same kernel, storing no output) writes each span's total, a small kernel
-// scans those into each span's carry, and the full pass starts every span from its carry. The
-// summary pass reads the inputs a second time, so it is taken only when the single pass would
-// use less than half of the GPU's block slots.
+// of 2048 channels is 64 blocks), each row is cut into spans that run in parallel (spans.cuh:
+// a summary pass, a carry kernel, the full pass).
 #pragma once
 
-#include "block.cuh"
 #include "policy.cuh"
+#include "spans.cuh"
 
 namespace parprims::cuda {
 
-// How rows are cut, for every pass: computed on the host (engine.cuh).
+// The blocks across the rows, and how each row is cut into spans (spans.cuh); computed on
+// the host (engine.cuh).
 struct ColumnPlan {
-  int64_t groups = 0;           // blocks across the rows: ceil(rows / 32)
-  int64_t spans = 1;            // spans per row
-  int64_t span_length = 0;      // positions per span, whole tiles (the last span may be shorter)
-  void* span_totals = nullptr;  // (spans - 1, rows): span totals, then (after the carry kernel)
-                                // the carry into the span after each
+  int64_t groups = 0;  // ceil(rows / 32)
+  SpanPlan spans;
 };
 
 // The segment holding a position, where it starts, and where the next non-empty one starts
@@ -264,15 +259,15 @@ struct ColumnScan {
     at.column = static_cast<int>(threadIdx.x) % kColumns;
     at.stretch = static_cast<int>(threadIdx.x) / kColumns;
     // The summary pass skips each row's last span: nothing reads its total.
-    const int64_t units = plan.groups * (summary ? plan.spans - 1 : plan.spans);
-    auto* span_totals = static_cast<Words<Lifted>*>(plan.span_totals);
+    const int64_t units = plan.groups * (summary ? plan.spans.count - 1 : plan.spans.count);
+    auto* span_totals = static_cast<Words<Lifted>*>(plan.spans.totals);
     for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const int64_t group = unit % plan.groups;
       const int64_t span = unit / plan.groups;
       at.row = group * kColumns + at.column;
       at.active = at.row < g.rows;
-      at.begin = span * plan.span_length;
-      at.end = at.begin + plan.span_length < g.len ? at.begin + plan.span_length : g.len;
+      at.begin = plan.spans.begin(span);
+      at.end = plan.spans.end(span, g.len);
       __syncthreads();  // the previous unit's last tile may still be read from shared memory
       Lifted carry = Seg::identity();
       if (!summary && span > 0 && at.active) carry = span_totals[(span - 1) * g.rows + at.row].value;
@@ -286,37 +281,6 @@ template <class P>
 __global__ void __launch_bounds__(ColumnScan<P>::kThreads, ColumnScan<P>::Policy::kMinBlocksPerSM)
     column_scan_kernel(const P problem, const ScanGeometry g, const ColumnPlan plan, bool summary) {
   ColumnScan<P>::run(problem, g, plan, summary);
-}
-
-// Between the passes: turns each row's span totals into the carries into the spans after
-// them (an inclusive scan over spans, in place). A block per row: each thread folds a
-// contiguous share of the spans, the block scans the threads' folds, and each thread rewalks
-// its share from its prefix (a row may have thousands of spans: one thread per row walking
-// them in turn took most of a call's time).
-constexpr int kSpanCarryThreads = 128;
-
-template <class P>
-__global__ void __launch_bounds__(kSpanCarryThreads) column_span_carry_kernel(const ColumnPlan plan, int64_t rows) {
-  using Seg = typename ColumnScan<P>::Seg;
-  using Lifted = typename ColumnScan<P>::Lifted;
-  using Scan = BlockScan<Seg, kSpanCarryThreads>;
-  __shared__ typename Scan::Storage storage;
-  auto* totals = static_cast<Words<Lifted>*>(plan.span_totals);
-  const int64_t count = plan.spans - 1;
-  const int64_t share = (count + kSpanCarryThreads - 1) / kSpanCarryThreads;
-  const int64_t lo = threadIdx.x * share;
-  const int64_t hi = lo + share < count ? lo + share : count;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    Lifted part = Seg::identity();
-    for (int64_t s = lo; s < hi; ++s) part = Seg::combine(part, totals[s * rows + row].value);
-    Lifted block_total;
-    Lifted running = Scan::exclusive(storage, part, block_total);
-    for (int64_t s = lo; s < hi; ++s) {
-      running = Seg::combine(running, totals[s * rows + row].value);
-      totals[s * rows + row].value = running;
-    }
-    __syncthreads();  // the next row's scan reuses the storage
-  }
 }
 
 }  // namespace parprims::cuda

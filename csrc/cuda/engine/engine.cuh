@@ -2,10 +2,12 @@
 // and launches on the caller's stream (launch_context.h: no ATen here).
 //
 //   rows adjacent in memory, scanned dim strided, at least 2 rows -> column kernel (coalesced
-//   across rows; a block walks a group of rows through time)
+//   across rows; a block walks a group of rows through time; spans when the groups are few)
 //   no packed sequences, enough rows to fill the GPU, rows at least half a tile long -> row-loop
 //   kernel (a block walks a whole row; nothing crosses blocks)
-//   anything else (one huge row, few long rows, packed sequences, short rows) -> flat kernel
+//   no packed sequences, few rows long enough to cut into spans (one huge row, few long rows)
+//   -> row-loop kernel over spans (spans.cuh)
+//   anything else (packed sequences, short rows) -> flat kernel
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
@@ -40,15 +42,6 @@ inline bool wide_access_disabled() {
   return off;
 }
 
-// Whether the row-loop kernel serves a problem: no packed sequences, enough rows to give every
-// SM blocks of its own, and rows of half a tile or more (that keep most of a block's threads
-// busy; shorter rows go to the flat kernel, which packs several into one tile).
-template <class P>
-bool use_row_loop(const ScanGeometry& g, int sm_count) {
-  if (g.segments.offsets != nullptr) return false;
-  return g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * sm_count && g.len * 2 >= RowScan<P>::kTile;
-}
-
 // Blocks of `kernel` (with `threads` threads) that run at once on one SM (at least one).
 template <class Kernel>
 int blocks_per_sm(Kernel kernel, int threads) {
@@ -57,73 +50,84 @@ int blocks_per_sm(Kernel kernel, int threads) {
   return n > 0 ? n : 1;
 }
 
-// The column kernel's plan (column_scan.cuh): a block per 32 rows, and spans when those blocks
-// would fill less than kColumnSingleSlotsFraction of the GPU's block slots over their waves.
-template <class P>
-ColumnPlan plan_columns(const ScanGeometry& g, int64_t resident) {
-  using K = ColumnScan<P>;
-  ColumnPlan plan;
-  plan.groups = (g.rows + K::kColumns - 1) / K::kColumns;
-  plan.span_length = g.len;
-  const int64_t waves = (plan.groups + resident - 1) / resident;
-  if (static_cast<double>(plan.groups) >= kColumnSingleSlotsFraction * static_cast<double>(waves * resident)) {
-    return plan;
-  }
-  const int64_t tiles = (g.len + K::kTileLength - 1) / K::kTileLength;
-  int64_t spans = (kColumnSpanWaves * resident + plan.groups - 1) / plan.groups;
-  if (spans > tiles / kColumnMinSpanTiles) spans = tiles / kColumnMinSpanTiles;
-  if (spans <= 1) return plan;
-  plan.span_length = (tiles + spans - 1) / spans * K::kTileLength;
-  plan.spans = (g.len + plan.span_length - 1) / plan.span_length;
-  return plan;
-}
-
 struct Engine {
   static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
   LaunchContext ctx;  // the caller's device is current
 
-  // The column kernel: the summary pass first when rows are cut into spans, then the full pass;
-  // each with as many blocks as run at once (or one per unit), walking units in turn.
+  // The column kernel: a block per 32 rows, walking them in turn; with too few of those, the
+  // rows are cut into spans (spans.cuh).
   template <class P>
   void launch_columns(const P& problem, const ScanGeometry& g) const {
     using K = ColumnScan<P>;
     static const int per_sm = blocks_per_sm(column_scan_kernel<P>, K::kThreads);
     const int64_t resident = int64_t{per_sm} * ctx.sm_count;
-    ColumnPlan plan = plan_columns<P>(g, resident);
+    ColumnPlan plan;
+    plan.groups = (g.rows + K::kColumns - 1) / K::kColumns;
+    plan.spans = plan_spans(plan.groups, g.len, K::kTileLength, resident);
     const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
-    if (plan.spans > 1) {
-      plan.span_totals = ctx.workspace->allocate((plan.spans - 1) * g.rows * sizeof(Words<typename K::Lifted>));
-      column_scan_kernel<P><<<grid(plan.groups * (plan.spans - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, plan, true);
+    if (plan.spans.count > 1) {
+      plan.spans.totals = allocate_span_totals<typename K::Lifted>(plan.spans, g.rows);
+      column_scan_kernel<P><<<grid(plan.groups * (plan.spans.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, plan, true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      const unsigned carry_blocks = static_cast<unsigned>(g.rows < 65535 ? g.rows : 65535);
-      column_span_carry_kernel<P><<<carry_blocks, kSpanCarryThreads, 0, ctx.stream>>>(plan, g.rows);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      scan_span_totals<typename K::Seg>(plan.spans, g.rows);
     }
-    column_scan_kernel<P><<<grid(plan.groups * plan.spans), K::kThreads, 0, ctx.stream>>>(problem, g, plan, false);
+    column_scan_kernel<P><<<grid(plan.groups * plan.spans.count), K::kThreads, 0, ctx.stream>>>(problem, g, plan, false);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  // The row-loop kernel: a block per row, walking rows in turn (as many blocks as run at once,
+  // or one per row); with fewer rows than kRowLoopRowsPerSM per SM, the rows are cut into spans.
+  template <class P>
+  void launch_rows(const P& problem, const ScanGeometry& g, const SpanPlan& spans, int64_t resident) const {
+    using K = RowScan<P>;
+    const bool wide = !wide_access_disabled();
+    const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
+    SpanPlan plan = spans;
+    if (plan.count > 1) {
+      plan.totals = allocate_span_totals<typename P::Value>(plan, g.rows);
+      row_scan_kernel<P><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      scan_span_totals<typename P::Monoid>(plan, g.rows);
+    }
+    row_scan_kernel<P><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  template <class T>
+  void* allocate_span_totals(const SpanPlan& plan, int64_t rows) const {
+    return ctx.workspace->allocate((plan.count - 1) * rows * sizeof(Words<T>));
+  }
+  template <class Mon>
+  void scan_span_totals(const SpanPlan& plan, int64_t rows) const {
+    const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+    span_carry_kernel<Mon><<<blocks, kSpanCarryThreads, 0, ctx.stream>>>(plan, rows);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
   template <class P>
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     if (g.rows == 0 || g.len == 0) return;
-    const cudaStream_t stream = ctx.stream;
-    if (layout.rows_adjacent && g.rows >= kMinColumnRows) {
-      launch_columns(problem, g);
-    } else if (use_row_loop<P>(g, ctx.sm_count)) {
-      // As many blocks as run at once (or one per row): each walks its rows in turn.
+    if (layout.rows_adjacent && g.rows >= kMinColumnRows) return launch_columns(problem, g);
+    if (g.segments.offsets == nullptr) {
       static const int per_sm = blocks_per_sm(row_scan_kernel<P>, RowScan<P>::kThreads);
       const int64_t resident = int64_t{per_sm} * ctx.sm_count;
-      const int64_t blocks = g.rows < resident ? g.rows : resident;
-      row_scan_kernel<P><<<static_cast<unsigned>(blocks), RowScan<P>::kThreads, 0, stream>>>(
-          problem, g, !wide_access_disabled());
-    } else {
-      using K = FlatScan<P>;
-      const int64_t total = g.rows * g.len;
-      const int64_t tiles = (total + K::kTile - 1) / K::kTile;
-      auto state = make_tile_state<typename K::Lifted>(ctx, tiles, tiles > 1);
-      // Wide accesses are tried on every run inside one row; the problem declines strided ones.
-      const bool wide = !wide_access_disabled();
-      flat_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, stream>>>(problem, g, state, total, wide);
+      // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits).
+      const bool counts_fit = g.rows * ((g.len + RowScan<P>::kTile - 1) / RowScan<P>::kTile) < (int64_t{1} << 30);
+      if (counts_fit && g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len * 2 >= RowScan<P>::kTile) {
+        SpanPlan whole_rows;
+        whole_rows.length = g.len;
+        return launch_rows(problem, g, whole_rows, resident);
+      }
+      const SpanPlan spans = plan_spans(g.rows, g.len, RowScan<P>::kTile, resident);
+      if (counts_fit && spans.count > 1) return launch_rows(problem, g, spans, resident);
     }
+    using K = FlatScan<P>;
+    const int64_t total = g.rows * g.len;
+    const int64_t tiles = (total + K::kTile - 1) / K::kTile;
+    auto state = make_tile_state<typename K::Lifted>(ctx, tiles, tiles > 1);
+    // Wide accesses are tried on every run inside one row; the problem declines strided ones.
+    const bool wide = !wide_access_disabled();
+    flat_scan_kernel<P><<<static_cast<unsigned>(tiles), K::kThreads, 0, ctx.stream>>>(problem, g, state, total, wide);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 };

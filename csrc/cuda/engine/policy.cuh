@@ -53,14 +53,15 @@ struct ColumnPolicy {
   static constexpr int kMinBlocksPerSM = kBytes <= 8 ? 4 : 1;
 };
 
-// The column kernel cuts rows into spans (a summary pass, then the full pass) only when its
-// blocks over rows alone would fill less than this fraction of the GPU's block slots: the
-// summary pass reads the inputs a second time, so it pays only when most slots would idle.
-constexpr double kColumnSingleSlotsFraction = 0.5;
+// Kernels whose blocks walk whole rows (row-loop, column) cut rows into spans (spans.cuh: a
+// summary pass, then the full pass) only when their blocks over rows alone would fill less
+// than this fraction of the GPU's block slots: the summary pass reads the inputs a second
+// time, so it pays only when most slots would idle.
+constexpr double kSpanFreeSlotsFraction = 0.5;
 // Spans give the GPU about this many waves of blocks (fewer if spans would get shorter than
-// kColumnMinSpanTiles tiles: each span's first tile waits for its loads unhidden).
-constexpr int kColumnSpanWaves = 4;
-constexpr int kColumnMinSpanTiles = 4;
+// kMinSpanTiles tiles: each span's first tile waits for its loads unhidden).
+constexpr int kSpanWaves = 4;
+constexpr int kMinSpanTiles = 4;
 
 // The column kernel gives each lane its own row; with fewer rows than a block's 32 some
 // lanes idle, but it still beats the flat kernel's strided walk: packed
@@ -69,8 +70,9 @@ constexpr int kColumnMinSpanTiles = 4;
 // flat kernel.
 constexpr int kMinColumnRows = 2;
 
-// The row-loop kernel gives each block whole rows: it takes over from the flat kernel when
-// there are at least this many rows per SM (fewer leave SMs idle while rows are long).
+// The row-loop kernel gives each block whole rows when there are at least this many rows per
+// SM; fewer rows are cut into spans (spans.cuh) when they are long enough, and go to the flat
+// kernel otherwise.
 constexpr int kRowLoopRowsPerSM = 2;
 
 // The compaction (select.cuh): a block of kThreads threads takes a tile of consecutive

@@ -11,6 +11,7 @@
 
 #include "block.cuh"
 #include "policy.cuh"
+#include "spans.cuh"
 
 namespace parprims::cuda {
 
@@ -93,34 +94,69 @@ struct RowScan {
     return M::combine(carry, tile_total);
   }
 
-  // The block walks rows blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs at
-  // once, engine.cuh), each tile by tile; the next tile, of this row or the next, is always
-  // loaded before the current one is scanned.
-  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide) {
+  // A block's units of work are spans of rows, numbered span * rows + row (a row not cut into
+  // spans is one unit); a unit's number is also where its span total goes (spans.cuh).
+  // Rows, units and tiles of a row count in 32 bits (engine.cuh sends larger counts to the flat
+  // kernel; a tensor would need 2^40 elements to reach them).
+  struct Unit {
+    int32_t row;
+    int32_t tile;      // its first tile in the row
+    int32_t end_tile;  // one past its last
+  };
+  // Rows not cut into spans (the dense rows' path) take no division.
+  static __device__ __forceinline__ Unit locate(const ScanGeometry& g, const SpanPlan& spans, int32_t unit,
+                                                int32_t tiles_per_row) {
+    if (spans.count == 1) return {unit, 0, tiles_per_row};
+    const int32_t rows = static_cast<int32_t>(g.rows);
+    const int32_t span = unit / rows;
+    const int32_t span_tiles = static_cast<int32_t>(spans.length / kTile);  // spans are whole tiles
+    const int32_t first = span * span_tiles;
+    return {unit - span * rows, first, first + span_tiles < tiles_per_row ? first + span_tiles : tiles_per_row};
+  }
+  // The carry entering a unit: nothing at a row's start and in the summary pass; in the full
+  // pass, the carry out of the span before (span_carry_kernel's result).
+  static __device__ __forceinline__ Value entering_carry(const ScanGeometry& g, const SpanPlan& spans, int64_t unit,
+                                                        bool summary) {
+    if (summary || unit < g.rows) return M::identity();
+    return static_cast<const Words<Value>*>(spans.totals)[unit - g.rows].value;
+  }
+
+  // The block walks units blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs
+  // at once, engine.cuh), each tile by tile; the next tile, of this unit or the next, is always
+  // loaded before the current one is scanned. The summary pass (spans.cuh) stores each span's
+  // total instead of its outputs, and skips each row's last span.
+  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans, bool summary) {
     __shared__ SharedStorage smem;
-    const int64_t tiles_per_row = (g.len + kTile - 1) / kTile;
+    const int32_t units = static_cast<int32_t>(g.rows * (summary ? spans.count - 1 : spans.count));
+    const int32_t tiles_per_row = static_cast<int32_t>((g.len + kTile - 1) / kTile);
     const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
-    int64_t row = blockIdx.x, tile = 0;
-    if (row >= g.rows) return;
-    auto cursor = problem.cursor(row);
+    int32_t unit = blockIdx.x;
+    if (unit >= units) return;
+    Unit at = locate(g, spans, unit, tiles_per_row);
+    auto cursor = problem.cursor(at.row);
     Value current[kItems], next[kItems];
-    load(problem, g, cursor, offset, wide, current);
-    Value carry = M::identity();
+    load(problem, g, cursor, int64_t{at.tile} * kTile + offset, wide, current);
+    Value carry = entering_carry(g, spans, unit, summary);
     for (int parity = 0;; parity ^= 1) {
-      int64_t next_row = row, next_tile = tile + 1;
-      if (next_tile == tiles_per_row) {
-        next_row += gridDim.x;
-        next_tile = 0;
+      int32_t next_unit = unit;
+      Unit next_at{at.row, at.tile + 1, at.end_tile};
+      if (next_at.tile == at.end_tile) {
+        next_unit += gridDim.x;
+        next_at = locate(g, spans, next_unit, tiles_per_row);
       }
-      const bool more = next_row < g.rows;
-      const auto next_cursor = next_row == row ? cursor : problem.cursor(more ? next_row : row);
-      if (more) load(problem, g, next_cursor, next_tile * kTile + offset, wide, next);
-      carry = scan_tile(smem.scan[parity], problem, g, row, tile * kTile + offset, carry, current);
-      store(problem, g, cursor, tile * kTile + offset, wide, current);
-      if (!more) break;
-      if (next_tile == 0) carry = M::identity();
-      row = next_row;
-      tile = next_tile;
+      const bool more = next_unit < units;
+      const auto next_cursor = next_at.row == at.row ? cursor : problem.cursor(more ? next_at.row : at.row);
+      if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
+      const int64_t pos = int64_t{at.tile} * kTile + offset;
+      carry = scan_tile(smem.scan[parity], problem, g, at.row, pos, carry, current);
+      if (!summary) store(problem, g, cursor, pos, wide, current);
+      if (next_unit != unit) {
+        if (summary && threadIdx.x == 0) static_cast<Words<Value>*>(spans.totals)[unit].value = carry;
+        if (!more) break;
+        carry = entering_carry(g, spans, next_unit, summary);
+        unit = next_unit;
+      }
+      at = next_at;
       cursor = next_cursor;
 #pragma unroll
       for (int k = 0; k < kItems; ++k) current[k] = next[k];
@@ -130,8 +166,8 @@ struct RowScan {
 
 template <class P>
 __global__ void __launch_bounds__(RowScan<P>::kThreads, RowScan<P>::kMinBlocksPerSM)
-    row_scan_kernel(const P problem, const ScanGeometry g, bool wide) {
-  RowScan<P>::run(problem, g, wide);
+    row_scan_kernel(const P problem, const ScanGeometry g, bool wide, const SpanPlan spans, bool summary) {
+  RowScan<P>::run(problem, g, wide, spans, summary);
 }
 
 }  // namespace parprims::cuda
