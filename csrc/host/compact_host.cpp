@@ -73,8 +73,8 @@ at::Tensor no_indices(const at::Tensor& like) { return at::empty({0}, like.optio
 }  // namespace
 
 // The number of true entries of a bool tensor, read back to the host (the exact-size forms'
-// sync): the device's compaction with no slots reads only the mask (`count_nonzero` reduces
-// it to int64 elementwise, several times slower on CUDA).
+// sync): the device's compaction with no slots reads only the mask. (With `count_nonzero`,
+// the count took 1.3 of the exact form's 2.2 ms at 2^28 elements on an H200.)
 int64_t count_true(const at::Tensor& mask, CompactRunner run) {
   if (mask.numel() == 0) return 0;
   const auto c = prepare_compact(at::Tensor(), mask.reshape({-1}), 0, 0, /*want_indices=*/false);
