@@ -45,17 +45,33 @@ struct FillBits {
   alignas(8) unsigned char bytes[16] = {};
 };
 
-// One row of `len` positions (the flattened mask). `source`/`values` null: only the positions
-// (and the count) are wanted; `indices` null: only the values.
+// The arrays of one compaction, typed by element word (host/compact_dispatch.h fills them from
+// a CompactCall): the kept positions of `mask` go to slots [0, capacity) in order, the element
+// of `source` to `values` and the position to `indices`; `count` receives the number kept.
+// `source`/`values` null: only the positions (and the count) are wanted; `indices` null: only
+// the values. Shared by the CPU's scan problem below and the CUDA select kernel.
 template <class Word>
-struct CompactProblem : ProblemBase<Add<int64_t>> {
-  using Cursor = int64_t;  // unused: a single dense row
+struct CompactArrays {
   const bool* mask = nullptr;
   const Word* source = nullptr;
   Word* values = nullptr;
   int64_t* indices = nullptr;
   int64_t* count = nullptr;
   int64_t capacity = 0;
+};
+
+// One row of `len` positions (the flattened mask).
+template <class Word>
+struct CompactProblem : ProblemBase<Add<int64_t>>, CompactArrays<Word> {
+  using Cursor = int64_t;  // unused: a single dense row
+  using CompactArrays<Word>::mask;
+  using CompactArrays<Word>::source;
+  using CompactArrays<Word>::values;
+  using CompactArrays<Word>::indices;
+  using CompactArrays<Word>::count;
+  using CompactArrays<Word>::capacity;
+
+  explicit CompactProblem(const CompactArrays<Word>& arrays) : CompactArrays<Word>(arrays) {}
 
   PP_HD Cursor cursor(int64_t /*row*/) const { return 0; }
   PP_HD int64_t load(Cursor, int64_t pos) const { return mask[pos] ? 1 : 0; }

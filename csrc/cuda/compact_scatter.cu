@@ -18,14 +18,8 @@ constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
 template <class Word>
 void launch_select(const host::CompactCall& c, const LaunchContext& ctx) {
   using K = SelectFlagged<Word>;
-  SelectCall<Word> call;
-  call.mask = c.mask;
-  call.source = static_cast<const Word*>(c.source);
-  call.values = static_cast<Word*>(c.values);
-  call.indices = c.indices;
-  call.count = c.count;
+  SelectCall<Word> call{host::typed_arrays<Word>(c)};
   call.n = c.geometry.len;
-  call.capacity = c.capacity;
   const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
   TORCH_CHECK(tiles <= 0x7fffffff, "mask: too many elements (", call.n, ")");
   // The policy's blocks per SM need more shared memory than the default carveout gives.

@@ -30,19 +30,25 @@ void with_compact_word(int64_t element_bytes, F&& f) {
   }
 }
 
-// Scans and scatters; the slots past the count are the caller's (see CompactRunner).
+template <class Word>
+CompactArrays<Word> typed_arrays(const CompactCall& c) {
+  CompactArrays<Word> a;
+  a.mask = c.mask;
+  a.source = static_cast<const Word*>(c.source);
+  a.values = static_cast<Word*>(c.values);
+  a.indices = c.indices;
+  a.count = c.count;
+  a.capacity = c.capacity;
+  return a;
+}
+
+// Scans and scatters on a scan engine (the CPU's); the slots past the count are the caller's
+// (see CompactRunner).
 template <class Engine>
 void dispatch_compact(const CompactCall& c, Engine engine) {
   with_compact_word(c.element_bytes, [&](auto tag) {
     using Word = typename decltype(tag)::type;
-    CompactProblem<Word> p;
-    p.mask = c.mask;
-    p.source = static_cast<const Word*>(c.source);
-    p.values = static_cast<Word*>(c.values);
-    p.indices = c.indices;
-    p.count = c.count;
-    p.capacity = c.capacity;
-    engine(p, c.geometry, c.layout);
+    engine(CompactProblem<Word>(typed_arrays<Word>(c)), c.geometry, c.layout);
   });
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "../../core/compact_problems.h"
 #include "../../core/vector_io.h"
 #include "block.cuh"
 #include "lookback.cuh"
@@ -23,18 +24,11 @@
 
 namespace parprims::cuda {
 
-// One flat compaction: the kept positions of `mask` (n bytes) go to output slots [0, capacity)
-// in order: the element of `source` to `values`, the position to `indices` (either may be
-// null); the last tile writes the count.
+// One flat compaction of a mask of n bytes (core/compact_problems.h); the last tile writes the
+// count.
 template <class Word>
-struct SelectCall {
-  const bool* mask = nullptr;
-  const Word* source = nullptr;
-  Word* values = nullptr;
-  int64_t* indices = nullptr;
-  int64_t* count = nullptr;
+struct SelectCall : CompactArrays<Word> {
   int64_t n = 0;
-  int64_t capacity = 0;
 };
 
 template <class Word>
