@@ -167,6 +167,23 @@ def test_compact_many_tiles(dtype, density, device):
         assert torch.equal(pp.compact(mask, mask, capacity=count, return_indices=True)[2], want_indices)
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+def test_compact_more_tiles_than_blocks(dtype, device):
+    """More tiles of the CUDA select kernel (4096 or 2048 positions) than the blocks that run
+    at once on a large GPU."""
+    n = (1 << 22) + 12345
+    x = torch.randn(n, device=device, dtype=dtype)
+    mask = torch.rand(n, device=device) < 0.5
+    want, want_indices = x[mask], mask.nonzero().flatten()
+    count = want.numel()
+    for capacity in (count // 2, count + 1):
+        values, got, indices = pp.compact(x, mask, capacity=capacity, return_indices=True)
+        kept = min(capacity, count)
+        assert int(got) == count
+        assert torch.equal(values[:kept], want[:kept]) and torch.equal(indices[:kept], want_indices[:kept])
+    assert torch.equal(pp.compact(x, mask), want)
+
+
 def test_sync_free_nonzero(device):
     """compact(mask, mask, capacity, return_indices) is nonzero_static with a count."""
     mask = torch.rand(3, 50, device=device) > 0.7
