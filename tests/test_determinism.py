@@ -24,6 +24,16 @@ def test_long_scan_is_reproducible(op, device, deterministic):
         assert torch.equal(pp.scan(x, 1, op), first)
 
 
+def test_long_affine_rows_are_reproducible(device, deterministic):
+    """Few long rows (cut into spans on CUDA)."""
+    a = 0.5 + 0.5 * torch.rand(3, (1 << 18) + 5, device=device)
+    b = torch.randn(3, (1 << 18) + 5, device=device)
+    h, last = pp.affine_scan(a, b, -1, reverse=True)
+    for _ in range(3):
+        h2, last2 = pp.affine_scan(a, b, -1, reverse=True)
+        assert torch.equal(h2, h) and torch.equal(last2, last)
+
+
 def test_long_columns_and_packed_are_reproducible(device, deterministic):
     b = torch.randn(20000, 64, device=device)
     a = torch.rand(20000, 64, device=device)
