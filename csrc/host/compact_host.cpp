@@ -142,15 +142,17 @@ std::tuple<at::Tensor, at::Tensor> compact_exact(const at::Tensor& x, const at::
                                                  bool return_indices, CompactRunner run) {
   check_mask(mask, x);
   const bool elements = selects_elements(x, mask, dim);
+  // Flattened once: a strided mask is copied once for both passes.
+  const at::Tensor mask_flat = mask.reshape({-1}).contiguous();
   // The exact form syncs (as x[mask] does): the output's size is the count.
-  const int64_t count = count_true(mask, run);
+  const int64_t count = count_true(mask_flat, run);
   if (elements) {
-    const auto c = prepare_compact(x.reshape({-1}), mask.reshape({-1}), count, 0, return_indices);
+    const auto c = prepare_compact(x.reshape({-1}), mask_flat, count, 0, return_indices);
     run(c);
     return {c.values, return_indices ? c.indices : no_indices(x)};
   }
   const int64_t d = wrap_dim(x, dim);
-  const auto c = prepare_compact(at::Tensor(), mask, count, 0, /*want_indices=*/true);
+  const auto c = prepare_compact(at::Tensor(), mask_flat, count, 0, /*want_indices=*/true);
   run(c);
   at::Tensor values = gather_slices(x, d, c.indices, 0, /*may_have_tail=*/false);
   return {values, return_indices ? c.indices : no_indices(x)};
