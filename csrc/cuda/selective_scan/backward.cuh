@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
   const ItemWalk state_items(s.states_per_tile, K, false);
   // A chunk's loads, held in registers while the block works on the chunk after it in time.
-  Acc next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[RS], next_C[RS];
+  using Raw = RawInput<In>;  // unconverted until staged (common.cuh)
+  Raw next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[RS], next_C[RS];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
@@ -184,16 +185,16 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       auto item_real = [&](int r, int steps) {
         return items.row(r) < s.channels_per_block && items.column(r) < steps && me.has_channel(p, s, items.row(r));
       };
-      auto load_inputs = [&](int r, int steps, Acc& u, Acc& delta, Acc& z, Acc& dout) {
+      auto load_inputs = [&](int r, int steps, Raw& u, Raw& delta, Raw& z, Raw& dout) {
         const bool real = item_real(r, steps);
-        u = (real && !kSummary) ? static_cast<Acc>(u_in[u_walk.at(r)]) : Acc(0);
-        delta = real ? static_cast<Acc>(delta_in[delta_walk.at(r)]) : Acc(0);
-        z = (real && z_in) ? static_cast<Acc>(z_in[z_walk.at(r)]) : Acc(0);
-        dout = real ? static_cast<Acc>(dout_in[dout_walk.at(r)]) : Acc(0);
+        u = (real && !kSummary) ? load_raw(u_in + u_walk.at(r)) : Raw(0);
+        delta = real ? load_raw(delta_in + delta_walk.at(r)) : Raw(0);
+        z = (real && z_in) ? load_raw(z_in + z_walk.at(r)) : Raw(0);
+        dout = real ? load_raw(dout_in + dout_walk.at(r)) : Raw(0);
       };
       auto load_state = [&](const StateInput& P, const StridedWalk& walk, int r, int steps) {
         const bool real = state_items.column(r) < steps && tile_n0 + state_items.row(r) < p.dstate;
-        return real ? static_cast<Acc>(static_cast<const In*>(P.data)[walk.at(r)]) : Acc(0);
+        return real ? load_raw(static_cast<const In*>(P.data) + walk.at(r)) : Raw(0);
       };
       // Issues the loads of the chunk the walks point at into the registers.
       auto fetch = [&](int steps) {
@@ -212,8 +213,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       };
       // Stages one item: everything the steps and the finish need of it, so that the finish
       // reads no input again.
-      auto stage_item = [&](int r, int steps, Acc u, Acc delta, Acc z, Acc dout) {
+      auto stage_item = [&](int r, int steps, Raw raw_u, Raw raw_delta, Raw raw_z, Raw raw_dout) {
         if (!in_grid(r)) return;
+        const Acc u = from_raw<In, Acc>(raw_u), delta = from_raw<In, Acc>(raw_delta);
+        const Acc z = from_raw<In, Acc>(raw_z), dout = from_raw<In, Acc>(raw_dout);
         const bool real = item_real(r, steps);
         const int at = items.row(r) * kPitch + items.column(r);
         const Acc bias = (real && delta_bias) ? delta_bias[d0 + items.row(r)] : Acc(0);
@@ -233,8 +236,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           s_ddelta_factor[at] = ddelta_factor;
         }
       };
-      auto stage_state = [&](Acc* dst, int r, Acc v) {
-        if (state_items.column(r) < K) dst[state_items.column(r) * S + state_items.row(r)] = v;
+      auto stage_state = [&](Acc* dst, int r, Raw v) {
+        if (state_items.column(r) < K) dst[state_items.column(r) * S + state_items.row(r)] = from_raw<In, Acc>(v);
       };
       auto stage = [&](int steps) {
 #pragma unroll
@@ -248,7 +251,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
         // Rounds beyond the registers (N <= 8, or N > 32) load now.
         for (int r = R; r < items.rounds; ++r) {
-          Acc u, delta, z, dout;
+          Raw u, delta, z, dout;
           load_inputs(r, steps, u, delta, z, dout);
           stage_item(r, steps, u, delta, z, dout);
         }

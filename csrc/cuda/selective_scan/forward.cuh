@@ -29,9 +29,9 @@ struct __align__(2 * sizeof(Acc)) DeltaPair {
   Acc delta, delta_u;
 };
 
-template <class In, class Acc>
+template <class In, class Acc, int S>
 struct ForwardChunk {
-  static constexpr int K = Policy::kForwardChunk;
+  static constexpr int K = SelectiveScanForwardPolicy<S>::kChunk;
   static constexpr int kSub = kSelectiveScanCheckpointEvery;  // steps unrolled at a time
   static constexpr int kPitch = K + 1;  // rows padded: the lanes of a warp hit distinct banks
   static_assert(K % kSub == 0, "chunks hold whole checkpoint intervals");
@@ -47,11 +47,10 @@ struct ForwardChunk {
   }
 };
 
-template <class In, class Acc, bool kVariableBC, bool kSummary>
-__global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
+template <class In, class Acc, int S, bool kVariableBC, bool kSummary>
+__global__ void __launch_bounds__(Policy::kThreads, SelectiveScanForwardPolicy<S>::kMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
-  constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
-  using Chunk = ForwardChunk<In, Acc>;
+  using Chunk = ForwardChunk<In, Acc, S>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
   const bool variable_B = kVariableBC || p.B.variable;
   const bool variable_C = !kSummary && (kVariableBC || p.C.variable);  // the summary needs no y
@@ -80,8 +79,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
   const ItemWalk B_items(s.states_per_tile, K, false);
   const ItemWalk C_items(s.states_per_tile, K, false);
-  // A chunk's loads, held in registers from the end of one chunk's staging to the next's.
-  Acc next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
+  // A chunk's loads, held in registers from the end of one chunk's staging to the next's,
+  // unconverted (RawInput).
+  using Raw = RawInput<In>;
+  Raw next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
@@ -153,14 +154,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       auto state_real = [&](const ItemWalk& w, int r, int steps) {
         return w.column(r) < steps && tile_n0 + w.row(r) < p.dstate;
       };
-      auto load_inputs = [&](int r, int steps, Acc& u, Acc& delta, Acc& z) {
+      auto load_inputs = [&](int r, int steps, Raw& u, Raw& delta, Raw& z) {
         const bool real = item_real(r, steps);
-        u = real ? static_cast<Acc>(u_in[u_walk.at(r)]) : Acc(0);
-        delta = real ? static_cast<Acc>(delta_in[delta_walk.at(r)]) : Acc(0);
-        z = (real && z_in) ? static_cast<Acc>(z_in[z_walk.at(r)]) : Acc(0);
+        u = real ? load_raw(u_in + u_walk.at(r)) : Raw(0);
+        delta = real ? load_raw(delta_in + delta_walk.at(r)) : Raw(0);
+        z = (real && z_in) ? load_raw(z_in + z_walk.at(r)) : Raw(0);
       };
       auto load_state = [&](const StateInput& P, const ItemWalk& w, const StridedWalk& walk, int r, int steps) {
-        return state_real(w, r, steps) ? static_cast<Acc>(static_cast<const In*>(P.data)[walk.at(r)]) : Acc(0);
+        return state_real(w, r, steps) ? load_raw(static_cast<const In*>(P.data) + walk.at(r)) : Raw(0);
       };
       // Issues the loads of the chunk the walks point at into the registers.
       auto fetch = [&](int steps) {
@@ -215,7 +216,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         const int steps = static_cast<int>(t_end - c0 < K ? t_end - c0 : K);
         __syncthreads();  // the previous chunk's finish has read the shared arrays
         // ---- 1. stage ----
-        auto stage_item = [&](int r, Acc u, Acc delta, Acc z) {
+        auto stage_item = [&](int r, Raw raw_u, Raw raw_delta, Raw raw_z) {
+          const Acc u = from_raw<In, Acc>(raw_u), delta = from_raw<In, Acc>(raw_delta);
+          const Acc z = from_raw<In, Acc>(raw_z);
           const int channel = items.row(r), at = channel * kPitch + items.column(r);
           const bool real = item_real(r, steps);
           const int64_t d = d0 + channel;
@@ -225,8 +228,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           s_skip[at] = (real && D) ? D[d] * u : Acc(0);
           s_gate[at] = z_in ? fast_silu(z) : Acc(1);
         };
-        auto stage_state = [&](const ItemWalk& w, Acc* dst, int r, Acc v) {
-          if (w.column(r) < K) dst[w.column(r) * s.states_per_tile + w.row(r)] = v;
+        auto stage_state = [&](const ItemWalk& w, Acc* dst, int r, Raw v) {
+          if (w.column(r) < K) dst[w.column(r) * s.states_per_tile + w.row(r)] = from_raw<In, Acc>(v);
         };
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         }
         // Rounds beyond the registers (N <= 8, or N > 32) load now.
         for (int r = R; r < items.rounds; ++r) {
-          Acc u, delta, z;
+          Raw u, delta, z;
           load_inputs(r, steps, u, delta, z);
           stage_item(r, u, delta, z);
         }
