@@ -9,9 +9,9 @@ Ideal bytes: a scan reads x and writes y; an affine scan reads a and b and write
 Besides the usual table and ``<device>.json`` records (script ``bench_sweep``), it draws
 ``<out>/<device>-sweep.png``: one line per (op, dtype, implementation), and the two row lengths
 where the CUDA dispatch switches kernels for these shapes (``cuda/engine/engine.cuh``,
-``Engine::operator()``, and ``cuda/engine/policy.cuh``): below half a row tile the flat kernel packs
-several rows into a tile; from half a tile while there are at least two rows per SM, the
-row-loop kernel gives each block whole rows; past that (few long rows) the row-loop kernel cuts
+``Engine::operator()``, and ``cuda/engine/policy.cuh``): below the row loop's shortest row the
+flat kernel packs several rows into a tile; from there while there are at least two rows per
+SM, the row-loop kernel gives each block whole rows; past that (few long rows) the row-loop kernel cuts
 each row into spans (a summary pass, then the full pass from each span's carry).
 
     python3 benchmarks/bench_sweep.py --device cuda             # about a minute on an H200
@@ -30,10 +30,11 @@ from harness import rel_err  # noqa: E402
 
 import torch_parprims as pp  # noqa: E402
 
-# Row tiles of the row-loop kernel (threads x items, cuda/engine/policy.cuh RowPolicy): a scan
-# of 4-byte values (float32, and bfloat16 accumulated in float32) 128 x 16; an affine pair of
-# floats 128 x 8. The row loop needs rows of half a tile and 2 rows per SM.
-ROW_TILE = {"scan": 2048, "affine": 1024}
+# The shortest rows of the row-loop kernel (cuda/engine/policy.cuh RowPolicy::kMinRowLength):
+# a float32 add scan has tiles of 64 x 8 and takes rows of a whole tile; a bfloat16 one
+# (accumulated in float32) 128 x 16 and an affine pair of floats 128 x 8, from half a tile.
+# The row loop also needs 2 rows per SM.
+MIN_ROW_LOOP_LENGTH = {("scan:add", "float32"): 512, ("scan:add", "bfloat16"): 1024, ("affine_scan", None): 512}
 ROW_LOOP_ROWS_PER_SM = 2
 
 
@@ -132,16 +133,17 @@ def plot_sweep(h, records, path):
     if h.gpu:
         total = log2_total(h)
         last_row_loop = total - math.ceil(math.log2(ROW_LOOP_ROWS_PER_SM * h.sm_count))
-        for op, tile in ROW_TILE.items():
-            ax.axvline(math.log2(tile // 2), color=colors["scan:add" if op == "scan" else "affine_scan"], ls=":", lw=1)
+        for (op, _), length in MIN_ROW_LOOP_LENGTH.items():
+            ax.axvline(math.log2(length), color=colors[op], ls=":", lw=1)
         ax.axvline(last_row_loop + 0.5, color="black", ls=":", lw=1)
         ax.text(last_row_loop + 0.6, 0.02, f"< {ROW_LOOP_ROWS_PER_SM} rows per SM:\nrows cut into spans", fontsize=8)
-        ax.text(math.log2(ROW_TILE["affine"] // 2) - 5.5, 0.02, "rows < half a tile:\nflat kernel, rows packed", fontsize=8)
+        ax.text(math.log2(min(MIN_ROW_LOOP_LENGTH.values())) - 5.5, 0.02, "short rows:\nflat kernel, rows packed",
+                fontsize=8)
     ax.set_xlabel(f"log2(row length), 2^{log2_total(h)} elements in all")
     ax.set_ylabel("fraction of copy bandwidth")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.2)  # room for the legend above the lines
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax.set_title(f"scan and affine_scan along the last dim, {h.device_name}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -108,6 +108,14 @@ struct LogAddExp {
   }
 };
 
+// Whether a monoid's combine runs special functions (exp, log) rather than one arithmetic
+// instruction: kernel policies that trade threads for items per thread keep such scans on
+// more threads.
+template <class M>
+inline constexpr bool kCostlyCombine = false;
+template <class T>
+inline constexpr bool kCostlyCombine<LogAddExp<T>> = true;
+
 // A running sum with the number of elements in it: the mean of a (masked) reduction is the
 // sum over the count, taken once at the end. The count is an integer so that it stays exact
 // past 2^24 elements in a float32 reduction.

@@ -25,6 +25,9 @@ template <class M>
 struct ProblemBase {
   using Monoid = M;
   using Value = typename M::value_type;
+  // Bytes of one input element where a problem reads one array of them, 0 where it reads
+  // more (kernel policies size their tiles by it).
+  static constexpr int kInputBytes = 0;
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}
@@ -43,6 +46,7 @@ struct TwoCursor {
 template <class M, class In, class Out>
 struct ScanProblem : ProblemBase<M> {
   using Value = typename M::value_type;
+  static constexpr int kInputBytes = static_cast<int>(sizeof(In));
   using Cursor = TwoCursor;
   const In* in = nullptr;
   Out* out = nullptr;

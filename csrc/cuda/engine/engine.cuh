@@ -113,7 +113,7 @@ struct Engine {
       const int64_t resident = int64_t{per_sm} * ctx.sm_count;
       // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits).
       const bool counts_fit = g.rows * ((g.len + RowScan<P>::kTile - 1) / RowScan<P>::kTile) < (int64_t{1} << 30);
-      if (counts_fit && g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len * 2 >= RowScan<P>::kTile) {
+      if (counts_fit && g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len >= RowScan<P>::kMinRowLength) {
         SpanPlan whole_rows;
         whole_rows.length = g.len;
         return launch_rows(problem, g, whole_rows, resident);

@@ -26,14 +26,23 @@ struct FlatPolicy {
 // Row-loop scans: a block holds two tiles in registers (the one it scans and the next one's
 // loads), so values wider than 4 bytes take half the flat kernel's items per thread: at 16, the
 // affine pairs needed 166 registers (128 with spills when capped for 4 blocks per SM).
-template <class Value>
+// Scans of 4-byte inputs into 4-byte values whose combine is one instruction (add, max, min,
+// mul of float32 and int32) take small blocks instead: 64 threads x 8 items, 16 blocks per SM
+// (H200, tenth session: dense fp32 rows 0.64-0.67 -> 0.91-0.94 of copy bandwidth; bf16 inputs,
+// whose threads then load half as many bytes, and logaddexp lost 5-15 % with them). A row
+// shorter than a tile leaves threads idle: the row loop takes rows of kMinRowLength or more.
+template <class Value, int kInputBytes = 0, bool kCostly = false>
 struct RowPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Value));
-  static constexpr int kItems = kBytes <= 4 ? items_for<Value>() : (items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1);
-  static constexpr int kThreads = kBytes > 64 ? 64 : 128;
+  static constexpr bool kSmallBlocks = kBytes <= 4 && kInputBytes == 4 && !kCostly;
+  static constexpr int kItems = kSmallBlocks ? 8
+                                : kBytes <= 4 ? items_for<Value>()
+                                              : (items_for<Value>() / 2 > 0 ? items_for<Value>() / 2 : 1);
+  static constexpr int kThreads = kSmallBlocks || kBytes > 64 ? 64 : 128;
   static constexpr int kTile = kThreads * kItems;
+  static constexpr int kMinRowLength = kSmallBlocks ? kTile : kTile / 2;
   // Registers are capped so that this many blocks share an SM (and keep their loads in flight).
-  static constexpr int kMinBlocksPerSM = kBytes <= 4 ? 6 : kBytes <= 8 ? 5 : 2;
+  static constexpr int kMinBlocksPerSM = kSmallBlocks ? 16 : kBytes <= 4 ? 6 : kBytes <= 8 ? 5 : 2;
 };
 
 // Column scans: a block of kThreads threads holds 32 neighbouring rows (one per lane) times

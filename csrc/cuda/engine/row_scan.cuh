@@ -19,10 +19,11 @@ template <class P>
 struct RowScan {
   using M = typename P::Monoid;
   using Value = typename P::Value;
-  using Policy = RowPolicy<Value>;
+  using Policy = RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
+  static constexpr int kMinRowLength = Policy::kMinRowLength;
   using Scan = BlockScan<M, kThreads>;
   static constexpr int kMinBlocksPerSM = Policy::kMinBlocksPerSM;
 
