@@ -1,7 +1,6 @@
 // Instantiations of the fused selective-scan forward (selective_scan/forward.cuh), and the
 // launch shapes of both directions.
 #include <cstdlib>
-#include <type_traits>
 
 #include "selective_scan/dispatch.cuh"
 #include "selective_scan/forward.cuh"
@@ -11,7 +10,6 @@ namespace parprims::cuda {
 SelectiveScanShape selective_scan_channel_shape(const SelectiveScanParams& p, int states_per_thread,
                                                 int max_threads_per_channel) {
   SelectiveScanShape s;
-  s.states_per_thread = states_per_thread;
   while (s.threads_per_channel * states_per_thread < p.dstate && s.threads_per_channel < max_threads_per_channel) {
     s.threads_per_channel *= 2;
     ++s.log2_threads_per_channel;
@@ -39,25 +37,6 @@ bool time_segments_disabled() {
   return off;
 }
 
-// The forward's states per thread: Policy::kForwardStatesPerThread, or 4 under
-// PARPRIMS_FORWARD_STATES_PER_THREAD=4 (to measure one against the other).
-int forward_states_per_thread() {
-  static const int states = [] {
-    const char* env = std::getenv("PARPRIMS_FORWARD_STATES_PER_THREAD");
-    return env != nullptr && env[0] == '4' && env[1] == '\0' ? 4 : Policy::kForwardStatesPerThread;
-  }();
-  return states;
-}
-
-// Calls f(std::integral_constant<int, S>{}) for the shape's states per thread.
-template <class F>
-void visit_forward_states(const SelectiveScanShape& s, F&& f) {
-  if (s.states_per_thread == 4) return f(std::integral_constant<int, 4>{});
-  TORCH_CHECK(s.states_per_thread == 2, "selective_scan: no forward kernel for ", s.states_per_thread,
-              " states per thread");
-  return f(std::integral_constant<int, 2>{});
-}
-
 }  // namespace
 
 // As many segments as keep the blocks within one wave of the GPU (every block then runs at
@@ -77,42 +56,38 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
 
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                 const LaunchContext& ctx) {
-  auto s = selective_scan_channel_shape(p, forward_states_per_thread());
+  constexpr int S = Policy::kForwardStatesPerThread;
+  auto s = selective_scan_channel_shape(p, S);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    visit_forward_states(s, [&](auto states) {
-      constexpr int S = decltype(states)::value;
-      const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(s, p.B.variable, p.C.variable);
-      add_time_segments(s, p, resident_blocks(ctx, selective_scan_forward_kernel<In, Acc, S, false, false>, smem));
-    });
+    const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(s, p.B.variable, p.C.variable);
+    add_time_segments(s, p, resident_blocks(ctx, selective_scan_forward_kernel<In, Acc, S, false, false>, smem));
   });
   return s;
 }
 
 void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
                                    c10::ScalarType input_dtype, const LaunchContext& ctx) {
+  constexpr int S = Policy::kForwardStatesPerThread;
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    visit_forward_states(shape, [&](auto states) {
-      constexpr int S = decltype(states)::value;
-      const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(shape, p.B.variable, p.C.variable);
-      // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
-      const bool both = p.B.variable && p.C.variable;
-      auto kernel = [&](bool summary) {
-        if (summary) {
-          return both ? selective_scan_forward_kernel<In, Acc, S, true, true>
-                      : selective_scan_forward_kernel<In, Acc, S, false, true>;
-        }
-        return both ? selective_scan_forward_kernel<In, Acc, S, true, false>
-                    : selective_scan_forward_kernel<In, Acc, S, false, false>;
-      };
-      run_time_segments<Acc>(
-          ctx, shape, p, /*reverse=*/false,
-          [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(true), smem, s.blocks, p, s); },
-          [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(false), smem, s.blocks, p, s); });
-    });
+    const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(shape, p.B.variable, p.C.variable);
+    // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
+    const bool both = p.B.variable && p.C.variable;
+    auto kernel = [&](bool summary) {
+      if (summary) {
+        return both ? selective_scan_forward_kernel<In, Acc, S, true, true>
+                    : selective_scan_forward_kernel<In, Acc, S, false, true>;
+      }
+      return both ? selective_scan_forward_kernel<In, Acc, S, true, false>
+                  : selective_scan_forward_kernel<In, Acc, S, false, false>;
+    };
+    run_time_segments<Acc>(
+        ctx, shape, p, /*reverse=*/false,
+        [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(true), smem, s.blocks, p, s); },
+        [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(false), smem, s.blocks, p, s); });
   });
 }
 

@@ -116,9 +116,10 @@ struct SelectiveScanPolicy {
   // The backward's: four states per thread share each step's fixed work (loads of the step's
   // inputs, the sums over channels and states) among twice the state updates of two.
   static constexpr int kStatesPerThread = 4;
-  // The forward's default: two states per thread give Mamba's shapes (N = 16) twice the warps
-  // of four, which the latency-bound step loop needs more than the fewer instructions of four.
-  // The forward kernel is built for 2 and 4 (SelectiveScanForwardPolicy).
+  // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of four,
+  // which the latency-bound step loop needs more than the fewer instructions of four (measured:
+  // benchmarks/NOTES.md; the kernel takes either through SelectiveScanForwardPolicy, and only
+  // this one is built).
   static constexpr int kForwardStatesPerThread = 2;
   static constexpr int kMaxThreadsPerChannel = 32;
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on

@@ -16,7 +16,6 @@ constexpr int kStates = Policy::kStatesPerThread;  // the backward's; the forwar
 
 // The launch shape, decided on the host from N and dim (selective_scan_kernel.cpp).
 struct SelectiveScanShape {
-  int states_per_thread = kStates;  // the forward's kernel is built for 2 and 4
   int threads_per_channel = 1;  // a power of two <= 32
   int log2_threads_per_channel = 0;
   int channels_per_block = Policy::kThreads;
@@ -43,8 +42,7 @@ struct SelectiveScanShape {
 // The launch shape of the forward (backward) for a problem: threads per channel from N and
 // the states each thread holds (Policy::kForwardStatesPerThread, kStatesPerThread), blocks
 // over channels, and time segments when those blocks alone would leave most of the GPU idle
-// (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring;
-// PARPRIMS_FORWARD_STATES_PER_THREAD=4 runs the forward with four states per thread).
+// (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring).
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                 const LaunchContext& ctx);
 SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
