@@ -54,40 +54,41 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
   s.blocks = s.channel_blocks * s.segments;
 }
 
+template <class In, class Acc, bool kVariableBC, bool kSummary>
+constexpr auto forward_kernel() {
+  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary>;
+}
+
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                 const LaunchContext& ctx) {
-  constexpr int S = Policy::kForwardStatesPerThread;
-  auto s = selective_scan_channel_shape(p, S);
+  auto s = selective_scan_channel_shape(p, Policy::kForwardStatesPerThread);
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(s, p.B.variable, p.C.variable);
-    add_time_segments(s, p, resident_blocks(ctx, selective_scan_forward_kernel<In, Acc, S, false, false>, smem));
+    const size_t smem = ForwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
+    add_time_segments(s, p, resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), smem));
   });
   return s;
 }
 
 void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
                                    c10::ScalarType input_dtype, const LaunchContext& ctx) {
-  constexpr int S = Policy::kForwardStatesPerThread;
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    const size_t smem = ForwardChunk<In, Acc, S>::smem_bytes(shape, p.B.variable, p.C.variable);
+    const size_t smem = ForwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
     // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
     const bool both = p.B.variable && p.C.variable;
-    auto kernel = [&](bool summary) {
-      if (summary) {
-        return both ? selective_scan_forward_kernel<In, Acc, S, true, true>
-                    : selective_scan_forward_kernel<In, Acc, S, false, true>;
-      }
-      return both ? selective_scan_forward_kernel<In, Acc, S, true, false>
-                  : selective_scan_forward_kernel<In, Acc, S, false, false>;
-    };
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/false,
-        [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(true), smem, s.blocks, p, s); },
-        [&](const SelectiveScanShape& s) { launch_blocks(ctx, kernel(false), smem, s.blocks, p, s); });
+        [&](const SelectiveScanShape& s) {
+          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, true>() : forward_kernel<In, Acc, false, true>(), smem,
+                        s.blocks, p, s);
+        },
+        [&](const SelectiveScanShape& s) {
+          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, false>() : forward_kernel<In, Acc, false, false>(),
+                        smem, s.blocks, p, s);
+        });
   });
 }
 

@@ -107,7 +107,7 @@ namespace parprims::cuda {
 // Selective scan: a thread keeps kStatesPerThread states of one (batch, channel) row in
 // registers and walks time sequentially; threads_per_channel = N / kStatesPerThread rounded up
 // to a power of two (at most 32, a warp; larger N is walked in several state tiles); a block
-// holds kThreads / threads_per_channel channels. The forward stages a chunk of steps of
+// holds kThreads / threads_per_channel channels. The forward stages kForwardChunk steps of
 // the block's inputs in shared memory at a time; the backward recomputes and walks
 // kSelectiveScanCheckpointEvery steps at a time (the forward's checkpoint spacing), keeping the
 // recomputed states of those steps in shared memory.
@@ -116,12 +116,11 @@ struct SelectiveScanPolicy {
   // The backward's: four states per thread share each step's fixed work (loads of the step's
   // inputs, the sums over channels and states) among twice the state updates of two.
   static constexpr int kStatesPerThread = 4;
-  // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of four,
-  // which the latency-bound step loop needs more than the fewer instructions of four (measured:
-  // benchmarks/NOTES.md; the kernel takes either through SelectiveScanForwardPolicy, and only
-  // this one is built).
+  // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of
+  // four, which the latency-bound step loop needs more than the fewer instructions of four.
   static constexpr int kForwardStatesPerThread = 2;
   static constexpr int kMaxThreadsPerChannel = 32;
+  static constexpr int kForwardChunk = 32;
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on
   // the previous chunk (the rest, only for N <= 8 or N > 32, load when the chunk is staged).
   static constexpr int kPrefetchRounds = 4;
@@ -133,21 +132,8 @@ struct SelectiveScanPolicy {
   // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 3
   // (168 registers), which its shared memory (about 64 KB at N = 16 in float) allows, so that
   // (8, 1536, 2048, 16)'s 384 blocks of 32 channels run in one wave.
+  static constexpr int kForwardMinBlocksPerSM = 6;
   static constexpr int kBackwardMinBlocksPerSM = 3;
-};
-
-// The forward with S states per thread. A chunk of kChunk = 64 / S steps keeps a thread's
-// share of a chunk's (channel, step) items at kPrefetchRounds for N = 16 (channels per block
-// x kChunk / kThreads = kChunk / threads_per_channel = kChunk * S / 16). Blocks per SM: with
-// S = 2, 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in one
-// wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); with S = 4, 3 (168
-// registers): the same shape's 384 blocks of 32 channels in one wave.
-template <int S>
-struct SelectiveScanForwardPolicy {
-  static_assert(S == 2 || S == 4, "two or four states per thread");
-  static constexpr int kStatesPerThread = S;
-  static constexpr int kChunk = 64 / S;
-  static constexpr int kMinBlocksPerSM = S == 2 ? 6 : 3;
 };
 
 }  // namespace parprims::cuda

@@ -29,9 +29,9 @@ struct __align__(2 * sizeof(Acc)) DeltaPair {
   Acc delta, delta_u;
 };
 
-template <class In, class Acc, int S>
+template <class In, class Acc>
 struct ForwardChunk {
-  static constexpr int K = SelectiveScanForwardPolicy<S>::kChunk;
+  static constexpr int K = Policy::kForwardChunk;
   static constexpr int kSub = kSelectiveScanCheckpointEvery;  // steps unrolled at a time
   static constexpr int kPitch = K + 1;  // rows padded: the lanes of a warp hit distinct banks
   static_assert(K % kSub == 0, "chunks hold whole checkpoint intervals");
@@ -47,10 +47,11 @@ struct ForwardChunk {
   }
 };
 
-template <class In, class Acc, int S, bool kVariableBC, bool kSummary>
-__global__ void __launch_bounds__(Policy::kThreads, SelectiveScanForwardPolicy<S>::kMinBlocksPerSM)
+template <class In, class Acc, bool kVariableBC, bool kSummary>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
-  using Chunk = ForwardChunk<In, Acc, S>;
+  constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
+  using Chunk = ForwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
   const bool variable_B = kVariableBC || p.B.variable;
   const bool variable_C = !kSummary && (kVariableBC || p.C.variable);  // the summary needs no y
