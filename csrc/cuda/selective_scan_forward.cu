@@ -54,9 +54,23 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
   s.blocks = s.channel_blocks * s.segments;
 }
 
-template <class In, class Acc, bool kVariableBC, bool kSummary>
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
 constexpr auto forward_kernel() {
-  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary>;
+  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel>;
+}
+
+// The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
+// in float compute; the general one otherwise.
+template <class In, class Acc, bool kSummary>
+auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  constexpr int kMambaThreads = 8;
+  const bool both = p.B.variable && p.C.variable;
+  if constexpr (sizeof(Acc) == 4) {
+    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1) {
+      return forward_kernel<In, Acc, true, kSummary, kMambaThreads>();
+    }
+  }
+  return both ? forward_kernel<In, Acc, true, kSummary>() : forward_kernel<In, Acc, false, kSummary>();
 }
 
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
@@ -77,17 +91,13 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = ForwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
-    // Mamba's case, B and C both variable, gets a kernel without the per-step choice.
-    const bool both = p.B.variable && p.C.variable;
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/false,
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, true>() : forward_kernel<In, Acc, false, true>(), smem,
-                        s.blocks, p, s);
+          launch_blocks(ctx, pick_forward_kernel<In, Acc, true>(p, s), smem, s.blocks, p, s);
         },
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, both ? forward_kernel<In, Acc, true, false>() : forward_kernel<In, Acc, false, false>(),
-                        smem, s.blocks, p, s);
+          launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s);
         });
   });
 }

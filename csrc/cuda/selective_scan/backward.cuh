@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       // An item inside the chunk's (channel, step) grid, and one that is a real element.
       auto in_grid = [&](int r) { return items.row(r) < s.channels_per_block && items.column(r) < K; };
       auto item_real = [&](int r, int steps) {
-        return items.row(r) < s.channels_per_block && items.column(r) < steps && me.has_channel(p, s, items.row(r));
+        return items.row(r) < s.channels_per_block && items.column(r) < steps && me.has_channel(items.row(r));
       };
       auto load_inputs = [&](int r, int steps, Raw& u, Raw& delta, Raw& z, Raw& dout) {
         const bool real = item_real(r, steps);
@@ -528,7 +528,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
       }
     }
-    if (!kSummary && threadIdx.x < s.channels_per_block && me.has_channel(p, s, threadIdx.x)) {
+    if (!kSummary && threadIdx.x < s.channels_per_block && me.has_channel(threadIdx.x)) {
       const int64_t d = d0 + threadIdx.x;
       const int64_t row = me.partial_row(p) * p.dim + d;
       if (gr.dD_partial) static_cast<Acc*>(gr.dD_partial)[row] = dD_sum;

@@ -29,6 +29,12 @@ struct __align__(2 * sizeof(Acc)) DeltaPair {
   Acc delta, delta_u;
 };
 
+// A channel's constants for the staging of its items (zero for a channel past the data).
+template <class Acc>
+struct __align__(2 * sizeof(Acc)) ChannelConstants {
+  Acc delta_bias, D;
+};
+
 template <class In, class Acc>
 struct ForwardChunk {
   static constexpr int K = Policy::kForwardChunk;
@@ -38,31 +44,44 @@ struct ForwardChunk {
   static_assert(Policy::kThreads % K == 0, "a round of items covers whole chunk rows");
 
   // In Acc: (delta, delta*u) pairs, D*u and silu(z) by [channel][step]; y's parts by
-  // [thread][step]; variable B and C by [step][state].
+  // [thread][step]; variable B and C by [step][state]; the channels' constants. (Every part is
+  // an even number of values, so each starts aligned to two.)
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
     const size_t per_channel = 4 * static_cast<size_t>(s.channels_per_block) * kPitch;
     const size_t y_parts = static_cast<size_t>(Policy::kThreads) * kPitch;
     const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * ((variable_B ? 1 : 0) + (variable_C ? 1 : 0));
-    return (per_channel + y_parts + per_state) * sizeof(Acc);
+    const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);
+    return (per_channel + y_parts + per_state + constants) * sizeof(Acc);
   }
 };
 
-template <class In, class Acc, bool kVariableBC, bool kSummary>
+// kThreadsPerChannel: the shape's threads_per_channel when known at compile time (0: read from
+// the shape). The instance for Mamba's N = 16 (8 threads a channel) then has constant item
+// rounds, step addresses and a straight-line sum of y's parts over the channel's threads.
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
   constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
   using Chunk = ForwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
+  constexpr bool kFixed = kThreadsPerChannel > 0;
+  const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
+  const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
+  const int states_per_tile = kFixed ? kThreadsPerChannel * S : s.states_per_tile;
+  constexpr int kItemRounds = kFixed ? K / kThreadsPerChannel : 0;  // (kThreads / tpc) channels x K steps
+  // With fewer than the most threads a channel, the shape's one tile holds all the states.
+  const int state_tiles = kFixed && kThreadsPerChannel < Policy::kMaxThreadsPerChannel ? 1 : s.state_tiles;
   const bool variable_B = kVariableBC || p.B.variable;
   const bool variable_C = !kSummary && (kVariableBC || p.C.variable);  // the summary needs no y
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int channel_rows = s.channels_per_block * kPitch;
+  const int channel_rows = channels_per_block * kPitch;
   auto* s_pair = reinterpret_cast<DeltaPair<Acc>*>(smem_raw);
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
   Acc* s_ypart = s_gate + channel_rows;                          // [thread][step]
   Acc* s_B = s_ypart + Policy::kThreads * kPitch;
-  Acc* s_C = s_B + (variable_B ? K * s.states_per_tile : 0);
+  Acc* s_C = s_B + (variable_B ? K * states_per_tile : 0);
+  auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_C + (variable_C ? K * states_per_tile : 0));
   const Acc* A = static_cast<const Acc*>(p.A);
   const Acc* init = static_cast<const Acc*>(p.initial_state);
   Acc* last = static_cast<Acc*>(p.last_state);
@@ -77,9 +96,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // (state, step) of B and C, states fastest, whatever their layout: their shared rows are
   // then written without bank conflicts. (Measured on the H200 at (8, 1536, 2048, 16): 0.60 ms
   // this way, 0.74 ms with time-fastest loads into rows padded against conflicts.)
-  const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
-  const ItemWalk B_items(s.states_per_tile, K, false);
-  const ItemWalk C_items(s.states_per_tile, K, false);
+  const ItemWalk items(channels_per_block, K, p.u.len_stride == 1);
+  const ItemWalk B_items(states_per_tile, K, false);
+  const ItemWalk C_items(states_per_tile, K, false);
   // A chunk's loads, held in registers from the end of one chunk's staging to the next's,
   // unconverted (RawInput).
   using Raw = RawInput<In>;
@@ -88,11 +107,18 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
     const int64_t d0 = me.first_channel(p, s);
-    for (int tile = 0; tile < s.state_tiles; ++tile) {
-      const bool last_tile = tile + 1 == s.state_tiles;
+    // The channels' constants, once per block (visible after the first chunk's barrier; the
+    // previous block's last reads were before its last staging barrier).
+    for (int c = threadIdx.x; c < channels_per_block; c += Policy::kThreads) {
+      const bool here = me.has_channel(c);
+      s_channel[c] = ChannelConstants<Acc>{(here && delta_bias) ? delta_bias[d0 + c] : Acc(0),
+                                           (here && D) ? D[d0 + c] : Acc(0)};
+    }
+    for (int tile = 0; tile < state_tiles; ++tile) {
+      const bool last_tile = tile + 1 == state_tiles;
       const int state0 = me.quad * S;  // the thread's first state within the tile
-      const int64_t n0 = static_cast<int64_t>(tile) * s.states_per_tile + state0;
-      const int64_t tile_n0 = static_cast<int64_t>(tile) * s.states_per_tile;
+      const int64_t n0 = static_cast<int64_t>(tile) * states_per_tile + state0;
+      const int64_t tile_n0 = static_cast<int64_t>(tile) * states_per_tile;
       // ---- the thread's states: gates, constant B/C, initial values ----
       Acc A2[S], Bc[S], Cc[S], h[S];
       Acc decay[S];  // the summary's product of the gates since the segment start or a restart
@@ -150,7 +176,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_begin), p.C.state_stride, p.C.len_stride, C_items,
                          K);
       auto item_real = [&](int r, int steps) {
-        return items.column(r) < steps && me.has_channel(p, s, items.row(r));
+        return items.column(r) < steps && me.has_channel(items.row(r));
       };
       auto state_real = [&](const ItemWalk& w, int r, int steps) {
         return w.column(r) < steps && tile_n0 + w.row(r) < p.dstate;
@@ -180,8 +206,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       auto step = [&](int i) {
         const DeltaPair<Acc> dd = s_pair[me.channel * kPitch + i];
         Acc Bt[S], Ct[S];
-        if (variable_B) load_states<Acc, S>(s_B + i * s.states_per_tile + state0, Bt);
-        if (variable_C) load_states<Acc, S>(s_C + i * s.states_per_tile + state0, Ct);
+        if (variable_B) load_states<Acc, S>(s_B + i * states_per_tile + state0, Bt);
+        if (variable_C) load_states<Acc, S>(s_C + i * states_per_tile + state0, Ct);
         Acc y = 0;
 #pragma unroll
         for (int j = 0; j < S; ++j) {
@@ -222,15 +248,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           const Acc z = from_raw<In, Acc>(raw_z);
           const int channel = items.row(r), at = channel * kPitch + items.column(r);
           const bool real = item_real(r, steps);
-          const int64_t d = d0 + channel;
-          const Acc bias = (real && delta_bias) ? delta_bias[d] : Acc(0);
-          const Acc dl = real ? fast_processed_delta(delta, bias, p.delta_softplus) : Acc(0);
+          const ChannelConstants<Acc> constants = s_channel[channel];
+          const Acc dl = real ? fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) : Acc(0);
           s_pair[at] = DeltaPair<Acc>{dl, dl * u};
-          s_skip[at] = (real && D) ? D[d] * u : Acc(0);
+          s_skip[at] = (real && D) ? constants.D * u : Acc(0);
           s_gate[at] = z_in ? fast_silu(z) : Acc(1);
         };
         auto stage_state = [&](const ItemWalk& w, Acc* dst, int r, Raw v) {
-          if (w.column(r) < K) dst[w.column(r) * s.states_per_tile + w.row(r)] = from_raw<In, Acc>(v);
+          if (w.column(r) < K) dst[w.column(r) * states_per_tile + w.row(r)] = from_raw<In, Acc>(v);
         };
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -282,13 +307,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         __syncthreads();
 
         // ---- 3. finish: out = (y + D u) silu(z), or y's partial sum into the scratch ----
-        for (int r = 0; r < items.rounds; ++r) {
+#pragma unroll
+        for (int r = 0; r < (kFixed ? kItemRounds : items.rounds); ++r) {
           if (!item_real(r, steps)) continue;
           const int channel = items.row(r), step_in_chunk = items.column(r);
-          const Acc* parts = s_ypart + channel * s.threads_per_channel * kPitch + step_in_chunk;
+          const Acc* parts = s_ypart + channel * threads_per_channel * kPitch + step_in_chunk;
           Acc y = 0;
-          for (int q = 0; q < s.threads_per_channel; ++q) y += parts[q * kPitch];
-          if (s.state_tiles > 1) {
+#pragma unroll
+          for (int q = 0; q < (kFixed ? kThreadsPerChannel : threads_per_channel); ++q) y += parts[q * kPitch];
+          if (state_tiles > 1) {
             Acc& acc = y_scratch[(me.b * p.dim + d0 + channel) * p.len + c0 + step_in_chunk];
             if (tile > 0) y += acc;
             if (!last_tile) {
