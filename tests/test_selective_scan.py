@@ -177,6 +177,21 @@ def _samples():
     for n in (1, 16, 64, 256, 300):
         out.append(S(1, 2, 40, n, "const" if n in (16, 300) else "var", D=True, z=n != 64, delta_bias=True,
                      softplus=True, init=n == 300))
+    # Mamba's N = 16 with variable B and C: the CUDA forward's instance for it takes two time
+    # steps an item where the inputs are time-contiguous, pair-aligned and of even length, and
+    # the general one otherwise. Even and odd lengths, a partial last chunk, a partial block of
+    # channels (dim 20, 18), 12 states of 16, half inputs, a transposed view, time segments
+    # (L = 4096 on few rows) and packed sequences.
+    for batch, dim, L, n, bc, dt, view in ((2, 20, 2 * EVERY + 2, 16, "var", torch.float32, "contiguous"),
+                                           (2, 16, 50, 12, "group", torch.float32, "contiguous"),
+                                           (2, 16, 4 * EVERY + 1, 16, "var", torch.float32, "contiguous"),
+                                           (2, 18, 66, 16, "var", torch.bfloat16, "contiguous"),
+                                           (2, 18, 66, 16, "group", torch.float16, "transposed"),
+                                           (1, 3, 4096, 16, "var", torch.float32, "contiguous")):
+        out.append(S(batch, dim, L, n, bc, D=True, z=True, delta_bias=True, softplus=True, init=True, dtype=dt,
+                     view=view))
+    out.append(S(lengths=(5, 0, 17, 0, 40, 2), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dim=20, N=16))
     # dtypes: half inputs (float32 states and parameters), float64.
     for dt, bc in itertools.product((torch.bfloat16, torch.float16, torch.float64), ("const", "var", "group")):
         out.append(S(2, 4, 70, 8, bc, D=True, z=True, delta_bias=True, softplus=True, init=bc != "const",

@@ -1,5 +1,6 @@
 // Instantiations of the fused selective-scan forward (selective_scan/forward.cuh), and the
 // launch shapes of both directions.
+#include <cstdint>
 #include <cstdlib>
 
 #include "selective_scan/dispatch.cuh"
@@ -59,14 +60,37 @@ constexpr auto forward_kernel() {
   return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel>;
 }
 
+// Whether a thread's item may be two time steps read in one load: every time-walked input (and
+// out) contiguous in time, with its rows and pairs of steps aligned to two elements, and the
+// length even (chunks and segments start at even steps, so every chunk then has an even count
+// of steps, and an item is in the data or not as a whole).
+template <class In>
+bool steps_in_pairs(const SelectiveScanParams& p) {
+  auto even = [](int64_t v) { return v % 2 == 0; };
+  if (!even(p.len)) return false;
+  auto aligned = [](const void* data) { return reinterpret_cast<uintptr_t>(data) % (2 * sizeof(In)) == 0; };
+  for (const SeqTensor* t : {&p.u, &p.delta, &p.z, &p.out}) {
+    if (t->data != nullptr && !(t->len_stride == 1 && even(t->batch_stride) && even(t->dim_stride) && aligned(t->data))) {
+      return false;
+    }
+  }
+  for (const StateInput* t : {&p.B, &p.C}) {
+    if (!(t->len_stride == 1 && even(t->batch_stride) && even(t->group_stride) && even(t->state_stride) &&
+          aligned(t->data))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
-// in float compute; the general one otherwise.
+// in float compute, inputs contiguous in time (two steps an item); the general one otherwise.
 template <class In, class Acc, bool kSummary>
 auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape& s) {
   constexpr int kMambaThreads = 8;
   const bool both = p.B.variable && p.C.variable;
   if constexpr (sizeof(Acc) == 4) {
-    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1) {
+    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1 && steps_in_pairs<In>(p)) {
       return forward_kernel<In, Acc, true, kSummary, kMambaThreads>();
     }
   }

@@ -46,15 +46,36 @@ __device__ __forceinline__ Acc fast_exp(Acc x) {
   }
 }
 
+__device__ __forceinline__ float fast_reciprocal(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <class Acc>
 __device__ __forceinline__ Acc fast_sigmoid(Acc x) {
   if constexpr (sizeof(Acc) == 4) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(1.0f + fast_exp(-x)));
-    return y;
+    return fast_reciprocal(1.0f + fast_exp(-x));
   } else {
     return sigmoid(x);
   }
+}
+
+// softplus(x) = max(x, 0) + log1p(w) with w = exp(-|x|) in (0, 1], and log1p(w) = 2 atanh(s),
+// s = w / (2 + w) <= 1/3, summed as its series 2 s (1 + s^2/3 + ... + s^12/13) (the terms left
+// out are below 2^-25 of it): straight-line, 17 instructions with two special-function ones,
+// a relative error of a few ulp. (log1pf: 25 instructions and a branch per element.)
+__device__ __forceinline__ float fast_softplus(float x) {
+  const float w = fast_exp(-fabsf(x));
+  const float s = w * fast_reciprocal(2.0f + w), s2 = s * s;
+  float series = 1.0f / 13;
+  series = fmaf(series, s2, 1.0f / 11);
+  series = fmaf(series, s2, 1.0f / 9);
+  series = fmaf(series, s2, 1.0f / 7);
+  series = fmaf(series, s2, 1.0f / 5);
+  series = fmaf(series, s2, 1.0f / 3);
+  series = fmaf(series, s2, 1.0f);
+  return fmaxf(x, 0.0f) + 2.0f * s * series;
 }
 
 template <class Acc>
@@ -68,7 +89,7 @@ __device__ __forceinline__ Acc fast_processed_delta(Acc raw, Acc bias, bool use_
   const Acc x = raw + bias;
   if (!use_softplus || x > Acc(20)) return x;
   if constexpr (sizeof(Acc) == 4) {
-    return log1pf(fast_exp(x));
+    return fast_softplus(x);
   } else {
     return ::log1p(::exp(x));
   }
@@ -111,6 +132,51 @@ __device__ __forceinline__ Acc from_raw(RawInput<In> raw) {
     return static_cast<Acc>(__longlong_as_double(static_cast<long long>(raw)));
   } else {  // c10::Half, c10::BFloat16
     return static_cast<Acc>(In(static_cast<uint16_t>(raw), In::from_bits()));
+  }
+}
+
+// A thread's item of P = 1 or 2 consecutive time steps of a time-contiguous input, unconverted
+// (as RawInput): with P = 2 both steps come in one load of twice the width, and the item's
+// address and test serve two elements. At most 8 bytes (P = 2 only for 16- and 32-bit inputs).
+// An item is in the data or not as a whole: two steps an item are taken only where every
+// chunk's count of steps is even (selective_scan_forward.cu).
+template <class In, int P>
+struct RawSteps {
+  static_assert(P == 1 || (P == 2 && sizeof(In) <= 4), "one step, or two of a 16- or 32-bit input");
+  using Bits = std::conditional_t<P * sizeof(In) == 8, unsigned long long, unsigned int>;
+  Bits bits = 0;
+
+  // The item at `at` (aligned to P elements), or zero bits when it is not in the data.
+  static __device__ __forceinline__ RawSteps load(const In* at, bool real) {
+    RawSteps r;
+    if constexpr (P == 1) {
+      r.bits = real ? load_raw(at) : Bits(0);
+    } else {
+      r.bits = real ? *reinterpret_cast<const Bits*>(at) : Bits(0);
+    }
+    return r;
+  }
+  template <class Acc>
+  __device__ __forceinline__ Acc value(int k) const {
+    constexpr int kBits = 8 * sizeof(In);
+    if constexpr (kBits == 64) {
+      return from_raw<In, Acc>(bits);
+    } else {
+      return from_raw<In, Acc>(static_cast<RawInput<In>>((bits >> (kBits * k)) & ((1ull << kBits) - 1)));
+    }
+  }
+};
+
+// Stores P = 1 or 2 consecutive values of one row at `at` (aligned to P values).
+template <class In, class Acc, int P>
+__device__ __forceinline__ void store_steps(In* at, const Acc (&v)[P]) {
+  if constexpr (P == 1) {
+    at[0] = static_cast<In>(v[0]);
+  } else if constexpr (std::is_same_v<In, float>) {
+    *reinterpret_cast<float2*>(at) = make_float2(v[0], v[1]);
+  } else {  // c10::Half, c10::BFloat16: their bits side by side
+    const In lo = static_cast<In>(v[0]), hi = static_cast<In>(v[1]);
+    *reinterpret_cast<unsigned int*>(at) = static_cast<unsigned int>(lo.x) | (static_cast<unsigned int>(hi.x) << 16);
   }
 }
 

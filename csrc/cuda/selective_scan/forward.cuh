@@ -68,7 +68,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
   const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
   const int states_per_tile = kFixed ? kThreadsPerChannel * S : s.states_per_tile;
-  constexpr int kItemRounds = kFixed ? K / kThreadsPerChannel : 0;  // (kThreads / tpc) channels x K steps
+  // Time steps per item of u, delta, z, out, B and C: two in the instance for N = 16 (one load
+  // of twice the width, and one address and one test for two elements; the launch checks that
+  // the inputs are contiguous in time and aligned to pairs, and that the length is even), one
+  // otherwise.
+  constexpr int kSteps = kFixed ? 2 : 1;
+  constexpr int kColumns = K / kSteps;  // items along time per chunk row
+  constexpr int kItemRounds = kFixed ? (Policy::kThreads / kThreadsPerChannel) * kColumns / Policy::kThreads : 0;
   // With fewer than the most threads a channel, the shape's one tile holds all the states.
   const int state_tiles = kFixed && kThreadsPerChannel < Policy::kMaxThreadsPerChannel ? 1 : s.state_tiles;
   const bool variable_B = kVariableBC || p.B.variable;
@@ -96,12 +102,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // (state, step) of B and C, states fastest, whatever their layout: their shared rows are
   // then written without bank conflicts. (Measured on the H200 at (8, 1536, 2048, 16): 0.60 ms
   // this way, 0.74 ms with time-fastest loads into rows padded against conflicts.)
-  const ItemWalk items(channels_per_block, K, p.u.len_stride == 1);
-  const ItemWalk B_items(states_per_tile, K, false);
-  const ItemWalk C_items(states_per_tile, K, false);
+  const ItemWalk items(channels_per_block, kColumns, kFixed || p.u.len_stride == 1);
+  const ItemWalk B_items(states_per_tile, kColumns, false);
+  const ItemWalk C_items(states_per_tile, kColumns, false);
   // A chunk's loads, held in registers from the end of one chunk's staging to the next's,
-  // unconverted (RawInput).
-  using Raw = RawInput<In>;
+  // unconverted (RawSteps).
+  using Raw = RawSteps<In, kSteps>;
   Raw next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
@@ -167,28 +173,32 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       };
 
       // The thread's walks over the inputs, from the first chunk walked.
-      StridedWalk u_walk(p.u.offset(me.b, d0, t_begin), p.u.dim_stride, p.u.len_stride, items, K);
-      StridedWalk delta_walk(p.delta.offset(me.b, d0, t_begin), p.delta.dim_stride, p.delta.len_stride, items, K);
-      StridedWalk z_walk(p.z.offset(me.b, d0, t_begin), p.z.dim_stride, p.z.len_stride, items, K);
-      StridedWalk out_walk(p.out.offset(me.b, d0, t_begin), p.out.dim_stride, p.out.len_stride, items, K);
-      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_begin), p.B.state_stride, p.B.len_stride, B_items,
-                         K);
-      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_begin), p.C.state_stride, p.C.len_stride, C_items,
-                         K);
+      StridedWalk u_walk(p.u.offset(me.b, d0, t_begin), p.u.dim_stride, kSteps * p.u.len_stride, items, kColumns);
+      StridedWalk delta_walk(p.delta.offset(me.b, d0, t_begin), p.delta.dim_stride, kSteps * p.delta.len_stride, items,
+                             kColumns);
+      StridedWalk z_walk(p.z.offset(me.b, d0, t_begin), p.z.dim_stride, kSteps * p.z.len_stride, items, kColumns);
+      StridedWalk out_walk(p.out.offset(me.b, d0, t_begin), p.out.dim_stride, kSteps * p.out.len_stride, items,
+                           kColumns);
+      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_begin), p.B.state_stride, kSteps * p.B.len_stride,
+                         B_items, kColumns);
+      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_begin), p.C.state_stride, kSteps * p.C.len_stride,
+                         C_items, kColumns);
+      // Whether an item is in the data (its steps within the chunk's, its channel or state one
+      // that exists; with two steps an item, the chunk's count of steps is even).
       auto item_real = [&](int r, int steps) {
-        return items.column(r) < steps && me.has_channel(items.row(r));
+        return items.column(r) * kSteps < steps && me.has_channel(items.row(r));
       };
       auto state_real = [&](const ItemWalk& w, int r, int steps) {
-        return w.column(r) < steps && tile_n0 + w.row(r) < p.dstate;
+        return w.column(r) * kSteps < steps && tile_n0 + w.row(r) < p.dstate;
       };
       auto load_inputs = [&](int r, int steps, Raw& u, Raw& delta, Raw& z) {
         const bool real = item_real(r, steps);
-        u = real ? load_raw(u_in + u_walk.at(r)) : Raw(0);
-        delta = real ? load_raw(delta_in + delta_walk.at(r)) : Raw(0);
-        z = (real && z_in) ? load_raw(z_in + z_walk.at(r)) : Raw(0);
+        u = Raw::load(u_in + u_walk.at(r), real);
+        delta = Raw::load(delta_in + delta_walk.at(r), real);
+        z = z_in ? Raw::load(z_in + z_walk.at(r), real) : Raw{};
       };
       auto load_state = [&](const StateInput& P, const ItemWalk& w, const StridedWalk& walk, int r, int steps) {
-        return state_real(w, r, steps) ? load_raw(static_cast<const In*>(P.data) + walk.at(r)) : Raw(0);
+        return Raw::load(static_cast<const In*>(P.data) + walk.at(r), state_real(w, r, steps));
       };
       // Issues the loads of the chunk the walks point at into the registers.
       auto fetch = [&](int steps) {
@@ -244,18 +254,26 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         __syncthreads();  // the previous chunk's finish has read the shared arrays
         // ---- 1. stage ----
         auto stage_item = [&](int r, Raw raw_u, Raw raw_delta, Raw raw_z) {
-          const Acc u = from_raw<In, Acc>(raw_u), delta = from_raw<In, Acc>(raw_delta);
-          const Acc z = from_raw<In, Acc>(raw_z);
-          const int channel = items.row(r), at = channel * kPitch + items.column(r);
+          const int channel = items.row(r);
           const bool real = item_real(r, steps);
           const ChannelConstants<Acc> constants = s_channel[channel];
-          const Acc dl = real ? fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) : Acc(0);
-          s_pair[at] = DeltaPair<Acc>{dl, dl * u};
-          s_skip[at] = (real && D) ? constants.D * u : Acc(0);
-          s_gate[at] = z_in ? fast_silu(z) : Acc(1);
+#pragma unroll
+          for (int k = 0; k < kSteps; ++k) {
+            const Acc u = raw_u.template value<Acc>(k), delta = raw_delta.template value<Acc>(k);
+            const Acc z = raw_z.template value<Acc>(k);
+            const int at = channel * kPitch + items.column(r) * kSteps + k;
+            const Acc dl = real ? fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) : Acc(0);
+            s_pair[at] = DeltaPair<Acc>{dl, dl * u};
+            s_skip[at] = (real && D) ? constants.D * u : Acc(0);
+            s_gate[at] = z_in ? fast_silu(z) : Acc(1);
+          }
         };
         auto stage_state = [&](const ItemWalk& w, Acc* dst, int r, Raw v) {
-          if (w.column(r) < K) dst[w.column(r) * states_per_tile + w.row(r)] = from_raw<In, Acc>(v);
+          if (w.column(r) >= kColumns) return;  // past the grid (N <= 2)
+#pragma unroll
+          for (int k = 0; k < kSteps; ++k) {
+            dst[(w.column(r) * kSteps + k) * states_per_tile + w.row(r)] = v.template value<Acc>(k);
+          }
         };
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -310,21 +328,24 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
         for (int r = 0; r < (kFixed ? kItemRounds : items.rounds); ++r) {
           if (!item_real(r, steps)) continue;
-          const int channel = items.row(r), step_in_chunk = items.column(r);
-          const Acc* parts = s_ypart + channel * threads_per_channel * kPitch + step_in_chunk;
-          Acc y = 0;
+          const int channel = items.row(r);
+          Acc results[kSteps];
 #pragma unroll
-          for (int q = 0; q < (kFixed ? kThreadsPerChannel : threads_per_channel); ++q) y += parts[q * kPitch];
-          if (state_tiles > 1) {
-            Acc& acc = y_scratch[(me.b * p.dim + d0 + channel) * p.len + c0 + step_in_chunk];
-            if (tile > 0) y += acc;
-            if (!last_tile) {
-              acc = y;
-              continue;
+          for (int k = 0; k < kSteps; ++k) {
+            const int step_in_chunk = items.column(r) * kSteps + k;
+            const Acc* parts = s_ypart + channel * threads_per_channel * kPitch + step_in_chunk;
+            Acc y = 0;
+#pragma unroll
+            for (int q = 0; q < (kFixed ? kThreadsPerChannel : threads_per_channel); ++q) y += parts[q * kPitch];
+            if (state_tiles > 1) {  // (one step an item: kSteps is 1 with state tiles)
+              Acc& acc = y_scratch[(me.b * p.dim + d0 + channel) * p.len + c0 + step_in_chunk];
+              if (tile > 0) y += acc;
+              if (!last_tile) acc = y;
             }
+            const int at = channel * kPitch + step_in_chunk;
+            results[k] = (y + s_skip[at]) * s_gate[at];
           }
-          const int at = channel * kPitch + step_in_chunk;
-          out[out_walk.at(r)] = static_cast<In>((y + s_skip[at]) * s_gate[at]);
+          if (state_tiles == 1 || last_tile) store_steps<In, Acc, kSteps>(out + out_walk.at(r), results);
         }
         out_walk.base += out_walk.chunk_stride;
       }
