@@ -133,6 +133,59 @@ def test_histogram_bin_edges_agree_with_histc(bins, lo, hi, dtype, device):
     assert torch.equal(got.cpu(), torch.histc(x, bins, lo, hi).long())
 
 
+def _edges_and_specials(bins, lo, hi, dtype, gen, n_uniform):
+    """Every bin edge (both forms) and 3 ulps either side, the range's ends and values just
+    outside, NaN, infinities, huge and subnormal values, uniform values over a wider range, and
+    runs of one value, shuffled (the runs kept whole)."""
+    e = torch.cat([torch.linspace(lo, hi, bins + 1, dtype=torch.float64),
+                   lo + torch.arange(bins + 1, dtype=torch.float64) * ((hi - lo) / bins)]).to(dtype)
+    inf = torch.tensor(float("inf"), dtype=dtype)
+    parts = [e]
+    for direction in (inf, -inf):
+        v = e
+        for _ in range(3):
+            v = torch.nextafter(v, direction)
+            parts.append(v)
+    w = hi - lo
+    parts.append(torch.tensor([float("nan"), float("inf"), -float("inf"), 3e38, -3e38, 0.0, -0.0, 1e-45, -1e-45, 1e-40,
+                               lo, hi, lo - w * 1e-3, hi + w * 1e-3, lo - w, hi + w], dtype=torch.float64).to(dtype).repeat(20))
+    parts.append(((torch.rand(n_uniform, generator=gen, dtype=torch.float64) * 1.2 - 0.1) * w + lo).to(dtype))
+    x = torch.cat(parts)
+    x = x[torch.randperm(x.numel(), generator=gen)]
+    runs = [torch.full((int(r),), lo + w * f, dtype=torch.float64).to(dtype)
+            for r, f in zip(torch.randint(1, 400, (40,), generator=gen), torch.rand(40, generator=gen, dtype=torch.float64))]
+    runs += [torch.full((3000,), hi, dtype=dtype), torch.full((300,), float("nan"), dtype=dtype),
+             torch.full((300,), hi + w, dtype=torch.float64).to(dtype)]
+    pieces = list(x.split(max(1, x.numel() // len(runs))))
+    return torch.cat([t for pair in zip(pieces, runs) for t in pair] + pieces[len(runs):])
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+@pytest.mark.parametrize("bins,lo,hi", ((1, 0.0, 1.0), (7, -1.5, 2.5), (97, -3.7, 11.3), (256, 0.0, 1.0),
+                                        (1000, 1000.0, 1001.0), (8191, -5.0, 7.0)))
+def test_histogram_full_tiles_edges_and_specials(bins, lo, hi, dtype, device):
+    """Edges, specials and runs over several full tiles of 4096 values and a partial one: the CUDA
+    kernel's lean path takes the full tiles of a 16-byte-aligned x; the same values one element
+    later (not 16-byte aligned) take the general path."""
+    gen = torch.Generator().manual_seed(bins)
+    x = _edges_and_specials(bins, lo, hi, dtype, gen, 30_000).to(device)
+    shifted = torch.empty(x.numel() + 1, dtype=dtype, device=device)
+    shifted[1:] = x
+    for v in (x, shifted[1:]):
+        got = pp.histogram(v, bins, (lo, hi))
+        assert torch.equal(got.cpu(), ref.histogram(v.cpu(), bins, (lo, hi)))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16))
+def test_histogram_many_tiles_per_block(dtype, device):
+    """More tiles than CUDA blocks (each block's lean path walks a run of tiles, the next one's
+    loads in flight), with edges and specials among uniform values."""
+    gen = torch.Generator().manual_seed(5)
+    x = _edges_and_specials(256, -3.0, 3.0, dtype, gen, 5 * 2**20).to(device)
+    got = pp.histogram(x, 256, (-3.0, 3.0))
+    assert torch.equal(got.cpu(), ref.histogram(x.cpu(), 256, (-3.0, 3.0)))
+
+
 def test_histogram_edges_and_specials(device):
     x = torch.tensor([0.0, 1.0, 0.5, -0.1, 1.1, float("nan"), float("inf"), -float("inf"), 0.25], device=device)
     assert pp.histogram(x, 4, (0.0, 1.0)).tolist() == [1, 1, 1, 1]  # 1.0 (hi) goes to the last bin

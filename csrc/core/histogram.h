@@ -37,7 +37,8 @@ struct HistogramBins {
     if (frac < margin || frac > C(1) - margin) return bin_of(v);
     return b < bins ? b : bins - 1;
   }
-  // The CUDA kernel's lean form of bin_of_fast, for fewer than 2^24 bins: `scale` = bins * (1 /
+  // The CUDA kernel's lean form of bin_of_fast for double values (float, half and bfloat16 values
+  // take cuda/histogram.cu's LeanBinsF32), for fewer than 2^24 bins: `scale` = bins * (1 /
   // (hi - lo)) (one product per value; three roundings in all, so the product is within 4 ulps
   // of bin_of's quotient), 32-bit integers, and an absolute edge margin of 8 ulps of `bins`
   // (at least 8 ulps of the product, since it is at most bins). Values outside [lo, hi] and NaN
