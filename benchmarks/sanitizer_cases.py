@@ -6,7 +6,9 @@ The pytest suite is too slow under the sanitizer (its references loop over time 
 so this script runs the kernels alone: the row-loop kernel (also cut into spans for few long
 rows), the flat and column scan kernels (the column kernel in one pass and cut into spans), the
 affine scan forward and its one-scan backward, segmented scans, the compaction's select kernel,
-and the selective scan forward and backward with time segments (packed sequences that end at
+segment reductions (random lengths with one long sequence; one row, several, strided, features),
+masked reductions, histograms (counts, weights, per sequence), and the selective scan forward
+and backward with time segments (packed sequences that end at
 segment ends, dense rows, bfloat16, several state tiles). It checks nothing but that every call
 completes; the tests check values.
 """
@@ -61,6 +63,25 @@ def compaction(dev):
     pp.compact(x[:1000], mask[:1000])  # one tile, exact size
 
 
+def reductions(dev):
+    n = 3 * 4096 + 101
+    # Random short sequences, one long one, and empty ones at the end (offsets clamped to n).
+    lengths = torch.randint(0, 40, (300,)).tolist() + [5000] + torch.randint(0, 9, (300,)).tolist()
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist(), n], device=dev).clamp(max=n)
+    for op in ("sum", "mean", "max", "logsumexp"):
+        for x in (torch.randn(n, device=dev), torch.randn(3, n, device=dev), torch.randn(2, 2 * n, device=dev)[:, ::2],
+                  torch.randn(n, 8, device=dev)):
+            pp.segment_reduce(x, offsets, op, 0 if x.dim() == 2 and x.shape[1] == 8 else x.dim() - 1)
+    h = torch.randn(4, 300, 16, device=dev)
+    pp.reduce(h, 1, "mean", torch.rand(4, 300, 1, device=dev) > 0.3)
+    pp.reduce(h, -1, "max")
+    x = torch.rand(1 << 20, device=dev)
+    x[::7] = 0.5  # a crowded bin
+    pp.histogram(x, 256, (0.0, 1.0))
+    pp.histogram(x, 64, (0.1, 0.9), weights=torch.rand_like(x))
+    pp.histogram(x[:5000], 16, (0.0, 1.0), offsets=torch.tensor([0, 100, 100, 4000, 5000], device=dev))
+
+
 def selective(dev, b, d, L, n, dtype, lengths=None, const=False):
     u = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
     delta = (torch.rand(b, d, L, device=dev) * 0.2).to(dtype).requires_grad_()
@@ -87,10 +108,12 @@ def main():
     torch.manual_seed(0)
     scans(dev)
     compaction(dev)
+    reductions(dev)
     selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0))
     selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
     selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))
     selective(dev, 1, 8, 1536, 80, torch.float32)  # two state tiles
+    selective(dev, 2, 20, 1090, 16, torch.float32)  # N = 16, two steps an item, a partial block of channels
     if dev == "cuda":
         torch.cuda.synchronize()
     print("sanitizer cases: every call completed")
