@@ -233,6 +233,11 @@ __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThrea
   const int64_t hi = segments.hi(chunk);
   const int64_t lo_start = g.segment_start(lo);
   const int64_t lo_end = g.segment_start(lo + 1);
+  // The offsets of the slow path's first marks, loaded with lo's: one round trip less before the
+  // fold. (hi <= last: k + 1 is an offset that exists.)
+  const bool marks = lo + t <= hi;
+  const int64_t mark_start = marks ? g.segment_start(lo + t) : 0;
+  const int64_t mark_end = marks ? g.segment_start(lo + t + 1) : 0;
   // What ends in this tile: a segment that started in it (whole: final; going on: the tail), or
   // the tile's part of the segment that started before it (the head).
   auto write = [&](int64_t segment, const Value& value, bool started_here, bool ends_segment) {
@@ -266,15 +271,19 @@ __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThrea
   for (int i = t; i < kWords; i += kTileThreads) bits[i] = 0;
   sync_tile();
   // A non-empty segment that starts in the tile marks its first position; an empty one starts
-  // where the next one does and marks nothing. (hi <= last: k + 1 is an offset that exists.)
-#pragma unroll 4
-  for (int64_t k = lo + t; k <= hi; k += kTileThreads) {
-    const int64_t p = g.segment_start(k) - tile_begin;
-    if (p >= 0 && p < tile_len && g.segment_start(k + 1) - tile_begin > p) {
+  // where the next one does and marks nothing.
+  auto mark = [&](int64_t k, int64_t begin, int64_t end) {
+    const int64_t p = begin - tile_begin;
+    if (p >= 0 && p < tile_len && end - tile_begin > p) {
       const int q = static_cast<int>(p);
       atomicOr(&bits[q / 32], 1u << (q % 32));
       segment_at[(q % kItems) * kThreads + tile * kTileThreads + q / kItems] = static_cast<int>(k - lo);
     }
+  };
+  if (marks) mark(lo + t, mark_start, mark_end);
+#pragma unroll 4
+  for (int64_t k = lo + t + kTileThreads; k <= hi; k += kTileThreads) {  // tiles of many short segments
+    mark(k, g.segment_start(k), g.segment_start(k + 1));
   }
   sync_tile();
   // The thread's starts (bit k: position first + k), and the ends of its runs: before a start
@@ -413,12 +422,21 @@ __global__ void __launch_bounds__(256)
       pending &= pending - 1;
       const int64_t r = shfl_idx(row, src), s = shfl_idx(segment, src);
       const int64_t a = shfl_idx(c0, src), b = shfl_idx(c1, src);
-      // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order.
+      // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order. The
+      // loads go kBatch at a time: one huge sequence over 2^25 positions has 8192 pieces of
+      // 4096 in the rows pass, 256 a lane, and a load at a time would be 256 round trips.
+      constexpr int kBatch = 16;
       const int64_t share = (b - a + 31) / 32;
       const int64_t from = a + 1 + lane * share;
       const int64_t to = min(from + share, b + 1);
       Value acc = M::identity();
-      for (int64_t c = from; c < to; ++c) acc = M::combine(acc, parts.head[parts.at(r, c)]);
+      for (int64_t c = from; c < to; c += kBatch) {
+        Value batch[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) batch[j] = c + j < to ? parts.head[parts.at(r, c + j)] : M::identity();
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) acc = M::combine(acc, batch[j]);
+      }
       acc = shfl_idx(warp_inclusive_scan<M>(acc), 31);
       if (lane == 0) problem.store_final(r, s, M::combine(parts.tail[parts.at(r, a)], acc));
     }
