@@ -423,9 +423,9 @@ __global__ void __launch_bounds__(256)
       const int64_t r = shfl_idx(row, src), s = shfl_idx(segment, src);
       const int64_t a = shfl_idx(c0, src), b = shfl_idx(c1, src);
       // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order. The
-      // loads go kBatch at a time: one huge sequence over 2^25 positions has 8192 pieces of
+      // loads go 64 bytes at a time: one huge sequence over 2^25 float32 has 8192 pieces of
       // 4096 in the rows pass, 256 a lane, and a load at a time would be 256 round trips.
-      constexpr int kBatch = 16;
+      constexpr int kBatch = sizeof(Value) <= 4 ? 16 : sizeof(Value) <= 8 ? 8 : 4;
       const int64_t share = (b - a + 31) / 32;
       const int64_t from = a + 1 + lane * share;
       const int64_t to = min(from + share, b + 1);
