@@ -162,10 +162,11 @@ def test_segment_reduce_sequences_across_pieces(op, features, device):
 
 @pytest.mark.parametrize("op", ("sum", "max", "mean", "logsumexp"))
 def test_segment_reduce_pieces_of_several_tiles(op, device):
-    """An input large enough that the CUDA rows pass gives each warp several tiles to walk
-    (about 2^24 elements): the fold carried from tile to tile, sequences that start or end on a
-    tile's or a piece's edge (lengths that are multiples of 512), one-element and empty
-    sequences among long ones. Equal to the reference, and the same bits on a second call."""
+    """An input of about 2^24 elements, thousands of tiles of the CUDA rows pass: sequences
+    over several tiles (combined by the fix-up), sequences whose lengths are multiples of 512
+    (the earlier warp tile's length; test_segment_reduce_tile_edges has the current tiles'),
+    one-element and empty sequences among long ones. Equal to the reference, and the same bits
+    on a second call."""
     g = torch.Generator().manual_seed(11)
     lengths = torch.randint(0, 9000, (1800,), generator=g)
     lengths[torch.rand(1800, generator=g) < 0.1] = 0
