@@ -225,7 +225,11 @@ __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThrea
   // The loads first: the bytes are in flight while the tile's segments are looked up.
   const auto cursor = problem.cursor(row);
   Value v[kItems];
-  if (!(count == kItems && wide && problem.template load_run<kItems>(cursor, tile_begin + first, v))) {
+  // The whole-run test compares the positions left directly: written as `count == kItems`, ptxas
+  // (CUDA 13.0, sm_90) folds it into the predicate output of the clamping VIMNMX.RELU, which
+  // then holds for a partial run (count 7 of 8 took the 16-byte loads and read into the next row).
+  const bool whole_run = tile_len - first >= kItems;
+  if (!(whole_run && wide && problem.template load_run<kItems>(cursor, tile_begin + first, v))) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) v[k] = k < count ? problem.load(cursor, tile_begin + first + k) : M::identity();
   }
