@@ -1,6 +1,6 @@
 """reduce over a dimension, with an optional mask: comparison with the float64 reference and
 torch's reductions, masked mean pooling, gradients (gradcheck, first-of-ties among the unmasked
-elements), opcheck and torch.compile; rows long enough for several tiles per warp on CUDA."""
+elements), opcheck and torch.compile; rows long enough for several tiles of the CUDA rows pass."""
 from dataclasses import dataclass
 
 import pytest
@@ -17,8 +17,8 @@ _ops = torch.ops.parprims
 
 @pytest.mark.parametrize("op", ("sum", "max"))
 def test_reduce_long_rows_of_several_tiles(op, device):
-    """Rows long enough that a warp of the CUDA rows pass walks several tiles of one row, and a
-    row ends inside a piece's last tile (2^18 + 100 positions)."""
+    """Rows long enough for many tiles of the CUDA rows pass (4096 positions each) per row, the
+    last of them partial (2^18 + 100 positions)."""
     x = torch.randn(48, (1 << 18) + 100, device=device)
     got = pp.reduce(x, -1, op)
     wide = x.cpu().double()

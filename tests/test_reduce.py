@@ -162,10 +162,11 @@ def test_segment_reduce_sequences_across_pieces(op, features, device):
 
 @pytest.mark.parametrize("op", ("sum", "max", "mean", "logsumexp"))
 def test_segment_reduce_pieces_of_several_tiles(op, device):
-    """An input large enough that the CUDA rows pass gives each warp several tiles to walk
-    (about 2^24 elements): the fold carried from tile to tile, sequences that start or end on a
-    tile's or a piece's edge (lengths that are multiples of 512), one-element and empty
-    sequences among long ones. Equal to the reference, and the same bits on a second call."""
+    """An input of about 2^24 elements, thousands of tiles of the CUDA rows pass: sequences
+    over several tiles (combined by the fix-up), sequences whose lengths are multiples of 512
+    (the earlier warp tile's length; test_segment_reduce_tile_edges has the current tiles'),
+    one-element and empty sequences among long ones. Equal to the reference, and the same bits
+    on a second call."""
     g = torch.Generator().manual_seed(11)
     lengths = torch.randint(0, 9000, (1800,), generator=g)
     lengths[torch.rand(1800, generator=g) < 0.1] = 0
@@ -178,6 +179,57 @@ def test_segment_reduce_pieces_of_several_tiles(op, device):
     want = ref.segment_reduce(x.cpu(), offsets.cpu(), op)
     assert_close(got, want, scale=ref.segment_reduce(x.cpu().abs(), offsets.cpu(), op) if op in ("sum", "mean") else None)
     assert torch.equal(got, pp.segment_reduce(x, offsets, op))
+
+
+def _tile_edge_offsets(n, g):
+    """Offsets over ``n`` positions whose sequences start and end on the edges of the CUDA rows
+    pass's tiles (256 x kItems positions: 4096 for a 4-byte accumulator, 2048 for an 8-byte one,
+    1024 for mean's (sum, count); 32 x kItems for short rows: 512, 256, 128) and one position
+    off them, with empty sequences on edges, a stretch of lengths 1-8 across tile edges (tiles
+    holding hundreds of starts), and a last long sequence across several tiles."""
+    cuts = [0, 0]  # a leading empty sequence
+    for tile in (4096, 2048, 1024, 512, 256, 128):
+        for j in range(1, 4):
+            for edge in (j * tile - 1, j * tile, j * tile, j * tile + 1):  # twice on the edge: an empty one
+                if edge < n:
+                    cuts.append(edge)
+    pos = max(0, n // 2 - 750)
+    while pos < min(n - 1, n // 2 + 750):
+        pos += int(torch.randint(1, 9, (1,), generator=g))
+        cuts.append(min(pos, n))
+    cuts += [n - 1, n, n]  # a length-one sequence at the end, then an empty one
+    return sorted(cuts)
+
+
+@pytest.mark.parametrize("size", ("long", "short"))
+@pytest.mark.parametrize("layout", ("flat", "rows", "step", "unaligned"))
+@pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("logsumexp", torch.float32),
+                                       ("mean", torch.float32), ("sum", torch.float64), ("prod", torch.float64),
+                                       ("sum", torch.int32), ("min", torch.bfloat16)))
+def test_segment_reduce_tile_edges(op, dtype, layout, size, device):
+    """Sequences on and next to the CUDA rows pass's tile edges (_tile_edge_offsets), on a row
+    length that is no multiple of any tile: long rows (block tiles, several of them, the last
+    partial) and short ones (under 2048 positions: warp tiles, or one partial block tile for
+    wide accumulators); one row, three rows (``rows``: the packed dim last, an odd row length, so
+    rows after the first are not 16-byte aligned), every other element (``step``) and a view one
+    element into its buffer (``unaligned``): element loads instead of 16-byte ones. Equal to the
+    reference, and the same bits on a second call."""
+    g = torch.Generator().manual_seed(17)
+    n = 6 * 4096 + 101 if size == "long" else 1901
+    offsets = torch.tensor(_tile_edge_offsets(n, g), device=device)
+    rows = 3 if layout == "rows" else 1
+    x = draw((rows, n), DRAW_OP[op], dtype, "normal", device)
+    if layout == "step":
+        x = with_layout(x, "step", 1)
+    elif layout == "unaligned":
+        x = torch.cat([x[:, :1], x], 1)[:, 1:]
+    if rows == 1:
+        x = x[0]
+    dim = x.dim() - 1
+    got = pp.segment_reduce(x, offsets, op, dim)
+    expected, scale = _expected_segment(x, offsets, op, dim)
+    assert_close(got, expected, scale=scale)
+    assert torch.equal(got, pp.segment_reduce(x, offsets, op, dim))
 
 
 def test_segment_reduce_long_mean_count_is_exact(device):

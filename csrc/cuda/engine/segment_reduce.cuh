@@ -13,10 +13,11 @@
 // depend on scheduling (deterministic, also for floating sums).
 //
 // Two shapes of pass, both generic over the reduction problem (core/reduce_problems.h):
-//  * rows: a warp takes a piece of consecutive positions of one row and walks it in tiles of
-//    32 x kItems, each lane kItems of them (wide loads when contiguous), carrying the fold of
-//    the current segment from tile to tile; a warp scan of (value, segment-start) pairs hands
-//    each lane the part of its first segment that earlier lanes and tiles hold.
+//  * rows: a piece is one tile of consecutive positions of one row, 256 threads x kItems (a
+//    block; a warp's 32 x kItems for short rows), each thread kItems consecutive positions
+//    loaded first (wide loads when contiguous), so that many blocks per SM keep their loads in
+//    flight; a block scan of (fold, segment-start) pairs hands each thread the part of its
+//    first segment that earlier threads hold.
 //  * columns: when the reduced dimension is strided and neighbouring rows are neighbours in
 //    memory (`(T, F)` along T, a padded `(B, T, D)` batch along T), each thread walks a chunk of
 //    one row and neighbouring threads take neighbouring rows, so every load is coalesced and
@@ -26,6 +27,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "../../core/scan_geometry.h"
 #include "warp.cuh"
@@ -76,165 +78,264 @@ struct PieceFold {
   }
 };
 
-// first_segment[c] = the segment holding position c * chunk_length (the last one for c = chunks):
-// found once per piece here, in parallel, instead of by a search at the start of every piece.
+// first_segment[c] = the segment holding position c * chunk_length, and first_segment[chunks] the
+// one holding the row's last position. Written by the segments rather than searched for by the
+// pieces: a thread per segment writes the entries of the pieces whose first position it holds,
+// one round of loads where a binary search per piece was about 17 dependent ones; a segment
+// that holds the first positions of more than 32 pieces (one huge sequence) has them written by
+// its warp. With valid offsets every entry is written once; invalid offsets may leave some
+// unwritten, and PieceSegments clamps what it reads into the segments that exist.
 // (static: a kernel that is not a template, defined in a header included by several units)
 static __global__ void __launch_bounds__(256)
     piece_segments_kernel(const ScanGeometry g, int64_t chunk_length, int64_t chunks, int64_t* first_segment) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c <= chunks; c += stride) {
-    SegmentWalker w;
-    w.seek(g, min(c * chunk_length, g.len - 1));
-    first_segment[c] = w.segment;
+  constexpr int64_t kSerialPieces = 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t segments = g.num_segments();
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t base = warp * 32; base < segments; base += warps * 32) {  // the same trip count for a whole warp
+    const int64_t k = base + lane;
+    int64_t c0 = 0, c1 = 0;  // the pieces whose first position lies in segment k: [c0, c1)
+    if (k < segments) {
+      const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(k)));
+      const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(k + 1)));
+      if (hi > lo) {
+        c0 = (lo + chunk_length - 1) / chunk_length;
+        c1 = (hi + chunk_length - 1) / chunk_length;  // at most chunks
+        if (hi == g.len) first_segment[chunks] = k;
+      }
+    }
+    const bool warp_writes = c1 - c0 > kSerialPieces;
+    if (!warp_writes) {
+      for (int64_t c = c0; c < c1; ++c) first_segment[c] = k;
+    }
+    unsigned pending = __ballot_sync(kFullMask, warp_writes);
+    while (pending != 0) {
+      const int src = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int64_t s = shfl_idx(k, src), a = shfl_idx(c0, src), b = shfl_idx(c1, src);
+      for (int64_t c = a + lane; c < b; c += 32) first_segment[c] = s;
+    }
   }
 }
 
 // The segments a piece can touch: [first_segment[c], first_segment[c + 1]] (both 0 when there
-// are no offsets).
+// are no offsets), clamped into [0, last]: garbage in, garbage out, but no access out of bounds.
 struct PieceSegments {
   const int64_t* first_segment;  // null: one segment per row
-  PP_HD int64_t lo(int64_t chunk) const { return first_segment ? first_segment[chunk] : 0; }
-  PP_HD int64_t hi(int64_t chunk) const { return first_segment ? first_segment[chunk + 1] : 0; }
+  int64_t last;                  // the last segment's index
+  PP_HD int64_t clamped(int64_t s) const { return s < 0 ? 0 : s > last ? last : s; }
+  PP_HD int64_t lo(int64_t chunk) const { return first_segment ? clamped(first_segment[chunk]) : 0; }
+  PP_HD int64_t hi(int64_t chunk) const { return first_segment ? clamped(first_segment[chunk + 1]) : 0; }
 };
 
+// The tiles of the rows pass: kThreads x kItems consecutive positions of one row (kItems * 32 for
+// rows shorter than half of that: a warp's tile). 16 values a thread (4096 float32 a tile, four
+// 16-byte loads a thread), not 8: the work of a tile that does not grow with it (its segments
+// from first_segment and the offsets, the slow path's barriers and block scan, two partials and
+// their fix-up) is shared by twice the bytes, and the 16 registers of values still fit the 64 of
+// 4 blocks per SM, which keep up to 64 KB per SM in flight (the copy bandwidth needs about 32-40
+// KB). 8 values a thread would need twice the blocks per SM, 32 registers each, for the same.
+// Wider values take fewer a thread: 64 bytes of values a thread, 16 KB a block tile.
 template <class Value>
 struct SegmentReducePolicy {
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kMinBlocksPerSM = 4;  // 64 registers: more warps, more loads in flight
+  static constexpr int kMinBlocksPerSM = 4;  // 64 registers
   static constexpr int kItems = sizeof(Value) <= 4 ? 16 : sizeof(Value) <= 8 ? 8 : 4;
-  static constexpr int kWarpTile = 32 * kItems;  // consecutive positions a warp folds per step
 };
 
-// The rows pass: a warp owns one piece (tiles_per_piece warp tiles of one row) and walks it tile
-// by tile, the next tile's loads in flight while it folds the current one, with the fold of the
-// current segment carried across tiles in registers. No barrier, no look-back, no shared memory.
-//  * A tile in which no segment starts after its first position (every tile of an
-//    unsegmented row; most tiles when segments are longer than a tile) is one fold: each lane
-//    folds its kItems positions, the warp combines the lanes, and the fold moves on.
-//  * A tile that holds segment starts: each lane finds its first segment (a search among the
-//    piece's segments), folds its positions, and a segmented warp scan hands it the part of that
-//    segment that the earlier lanes and tiles hold; each lane then writes the segments that end
-//    in its positions.
-template <class P>
+// What the rows pass scans across a tile's threads: the fold of a range of positions since the
+// latest segment start in it (all of them when none starts there) and that start's segment,
+// relative to the tile's first segment (-1: no start). A segmented monoid whose flag names the
+// segment.
+template <class M>
+struct RunCarry {
+  struct value_type {
+    typename M::value_type value;
+    int segment;
+  };
+  static PP_HD value_type identity() { return {M::identity(), -1}; }
+  static PP_HD value_type combine(const value_type& earlier, const value_type& later) {
+    if (later.segment >= 0) return later;
+    return {M::combine(earlier.value, later.value), earlier.segment};
+  }
+};
+
+// The rows pass: one tile (kTileThreads threads, kItems consecutive positions each) per piece,
+// a block per tile (kTileThreads = kThreads) or a warp per tile for short rows (kTileThreads =
+// 32, eight tiles a block). Non-persistent: a thread issues its loads before anything else, and
+// the other blocks of the SM keep theirs in flight while a block folds. The tile's segments are
+// [lo, hi] (first_segment).
+//  * No segment starts inside the tile (every tile of an unsegmented row; most tiles when the
+//    segments are much longer than a tile): each thread folds its values, the tile combines the
+//    threads in order, and one thread writes the fold (final, head or tail).
+//  * Otherwise: the tile marks in shared memory the positions where a non-empty segment starts
+//    and which segment it is (a loop over the offsets lo..hi, spread over the threads); each
+//    thread folds its values as runs split at those starts, keeping the fold of each run that
+//    ends a segment (before a start, or at the tile's last position) in shared memory; a
+//    segmented scan of the threads' (fold since the last start, its segment) pairs gives each
+//    thread the carry into its first run; and each thread writes the runs that end in its
+//    positions, in a loop over them (not unrolled: the notes record an unrolled per-position walk
+//    overflowing the instruction cache).
+template <class P, int kTileThreads>
 __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThreads,
                                   SegmentReducePolicy<typename P::Value>::kMinBlocksPerSM)
     segment_reduce_rows_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
                                const PieceSegments segments, int64_t chunks, int64_t pieces, bool wide) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
-  using Seg = Segmented<M>;
-  using Lifted = typename Seg::value_type;
+  using Carry = RunCarry<M>;
+  using Lifted = typename Carry::value_type;
   using Policy = SegmentReducePolicy<Value>;
+  constexpr int kThreads = Policy::kThreads;
   constexpr int kItems = Policy::kItems;
-  __shared__ Value staged_values[Policy::kWarps][Policy::kWarpTile];
+  constexpr int kTiles = kThreads / kTileThreads;  // tiles a block
+  constexpr int kTileWarps = kTileThreads / 32;
+  constexpr int kTile = kTileThreads * kItems;
+  constexpr int kWords = kTile / 32 + 1;  // start bits of the tile's positions and of the one after it (0)
+  static_assert(kTileThreads == 32 || kTileThreads == kThreads, "a tile is a warp's or the block's");
+  static_assert(32 % kItems == 0, "a thread's start bits lie in one word");
+  // The slow path's marks: which positions start a non-empty segment, and which segment (then,
+  // at the positions where a run ends a segment, the run's segment), and the folds of those
+  // runs. A thread's k-th position has slot k * kThreads + threadIdx.x: no bank conflicts when
+  // the threads of a warp take the same k.
+  __shared__ uint32_t start_bits[kTiles][kWords];
+  __shared__ int segment_at[kItems * kThreads];
+  __shared__ Value run_values[kItems * kThreads];
+  __shared__ Lifted warp_totals[Policy::kWarps];
+  const int tile = threadIdx.x / kTileThreads;  // the block's tile of this thread
+  const int t = threadIdx.x % kTileThreads;     // the thread's place in its tile
   const int lane = threadIdx.x & 31;
-  Value* warp_values = staged_values[threadIdx.x >> 5];
-  const int64_t piece = static_cast<int64_t>(blockIdx.x) * Policy::kWarps + (threadIdx.x >> 5);
-  if (piece >= pieces) return;  // the whole warp
+  const int warp = threadIdx.x >> 5;  // with block tiles, the warp's place in its tile
+  const int64_t piece = static_cast<int64_t>(blockIdx.x) * kTiles + tile;
+  if (piece >= pieces) return;  // a whole tile (only with warp tiles, which use no block barrier)
+  auto sync_tile = [] {
+    if constexpr (kTiles == 1) __syncthreads(); else __syncwarp();
+  };
+  auto slot = [](int k) { return k * kThreads + static_cast<int>(threadIdx.x); };
+
   const int64_t row = piece / chunks;
   const int64_t chunk = piece - row * chunks;
-  const int64_t piece_begin = chunk * parts.chunk_length;
-  const int64_t piece_end = min(piece_begin + parts.chunk_length, g.len);
+  const int64_t tile_begin = chunk * kTile;
+  const int tile_len = static_cast<int>(min(int64_t(kTile), g.len - tile_begin));  // less in a row's last tile
+  const int64_t tile_end = tile_begin + tile_len;
+  const int first = t * kItems;  // the thread's positions: tile_begin + [first, first + count)
+  const int count = max(0, min(kItems, tile_len - first));
+  // The loads first: the bytes are in flight while the tile's segments are looked up.
   const auto cursor = problem.cursor(row);
-  // This lane's positions of the tile at tile_begin: [first, first + count).
-  auto lane_first = [&](int64_t tile_begin) { return tile_begin + static_cast<int64_t>(lane) * kItems; };
-  auto lane_count = [&](int64_t first) {
-    return static_cast<int>(max(int64_t(0), min(int64_t(kItems), piece_end - first)));
-  };
-  auto load_tile = [&](int64_t tile_begin, Value(&v)[kItems]) {
-    const int64_t first = lane_first(tile_begin);
-    const int count = lane_count(first);
-    if (count == kItems && wide && problem.template load_run<kItems>(cursor, first, v)) return;
+  Value v[kItems];
+  // The whole-run test compares the positions left directly: written as `count == kItems`, ptxas
+  // (CUDA 13.0, sm_90) folds it into the predicate output of the clamping VIMNMX.RELU, which
+  // then holds for a partial run (count 7 of 8 took the 16-byte loads and read into the next row).
+  const bool whole_run = tile_len - first >= kItems;
+  if (!(whole_run && wide && problem.template load_run<kItems>(cursor, tile_begin + first, v))) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) v[k] = k < count ? problem.load(cursor, first + k) : M::identity();
+    for (int k = 0; k < kItems; ++k) v[k] = k < count ? problem.load(cursor, tile_begin + first + k) : M::identity();
+  }
+  const int64_t lo = segments.lo(chunk);  // holds the tile's first position
+  const int64_t hi = segments.hi(chunk);
+  const int64_t lo_start = g.segment_start(lo);
+  const int64_t lo_end = g.segment_start(lo + 1);
+  // The offsets of the slow path's first marks, loaded with lo's: one round trip less before the
+  // fold. (hi <= last: k + 1 is an offset that exists.)
+  const bool marks = lo + t <= hi;
+  const int64_t mark_start = marks ? g.segment_start(lo + t) : 0;
+  const int64_t mark_end = marks ? g.segment_start(lo + t + 1) : 0;
+  // What ends in this tile: a segment that started in it (whole: final; going on: the tail), or
+  // the tile's part of the segment that started before it (the head).
+  auto write = [&](int64_t segment, const Value& value, bool started_here, bool ends_segment) {
+    if (started_here && ends_segment) {
+      problem.store_final(row, segment, value);
+    } else {
+      (started_here ? parts.tail : parts.head)[parts.at(row, chunk)] = value;
+    }
   };
 
-  // The warp's place, the same in every lane: the segment holding the tile's first position,
-  // and whether a segment starts there.
-  SegmentWalker at;
-  at.seek(g, piece_begin, segments.lo(chunk), segments.lo(chunk));
-  bool tile_starts = at.starts_segment(g, piece_begin);
-  PieceFold<P> fold{M::identity(), false};  // the warp's fold up to the tile
-  for (int64_t tile_begin = piece_begin; tile_begin < piece_end; tile_begin += Policy::kWarpTile) {
-    const int64_t tile_end = min(tile_begin + Policy::kWarpTile, piece_end);
-    Value values[kItems];
-    load_tile(tile_begin, values);
-    const bool ends_piece = tile_end == piece_end;
-    if (at.next_start >= tile_end) {
-      // ---- one segment from the tile's first position to its end ----
-      Value folded = values[0];
+  if (lo_end >= tile_end) {
+    // ---- one segment over the whole tile ----
+    Value folded = v[0];
 #pragma unroll
-      for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
-      folded = warp_reduce<M>(folded);
-      fold.add(problem, parts, row, chunk, at.segment, folded, tile_starts, at.is_last(tile_end - 1), ends_piece,
-               lane == 0);
-    } else {
-      // ---- segment starts inside the tile ----
-      // A lane whose positions hold a segment start walks them as runs (the positions of one
-      // segment), folding each run in a loop over its values staged in shared memory. (A walk
-      // unrolled over the positions in registers, a copy per path and type, overflowed the
-      // instruction cache: ncu had most of the kernel's stalls waiting for instruction fetch.)
-      Value* staged = warp_values + lane;  // value k at staged[32 * k]: no bank conflicts
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) staged[32 * k] = values[k];
-      const int64_t first = lane_first(tile_begin);
-      const int count = lane_count(first);
-      const int64_t last = first + count - 1;
-      SegmentWalker start = at;
-      if (count > 0 && first != tile_begin) start.seek(g, first, at.segment, segments.hi(chunk));
-      // visit(walker, value, head, run_last) for each run in order: the walker on the run's
-      // segment, the fold of the run, whether the run starts its segment, its last position.
-      auto for_each_run = [&](SegmentWalker& w, auto&& visit) {
-        bool head = count > 0 && w.starts_segment(g, first);
-        for (int k = 0; k < count;) {
-          const int n = static_cast<int>(min(w.next_start, last + 1) - first);  // the run is [k, n)
-          Value v = staged[32 * k];
-#pragma unroll 1
-          for (int j = k + 1; j < n; ++j) v = M::combine(v, staged[32 * j]);
-          visit(w, v, head, first + n - 1);
-          k = n;
-          if (k < count) head = w.enter(g, first + k);
-        }
-      };
-      // Most lanes' positions hold no segment start: one fold of the values (the padding is the
-      // identity) and no walk.
-      const bool plain = count > 0 && !start.starts_segment(g, first) && start.next_start > last;
-      Lifted mine = Seg::identity();
-      if (plain) {
-        Value folded = values[0];
-#pragma unroll
-        for (int k = 1; k < kItems; ++k) folded = M::combine(folded, values[k]);
-        mine = Lifted{folded, false};
-      } else {
-        SegmentWalker w = start;
-        for_each_run(w, [&](SegmentWalker&, const Value& v, bool head, int64_t) { mine = Seg::combine(mine, Lifted{v, head}); });
-      }
-      const Lifted inclusive = warp_inclusive_scan<Seg>(mine);
-      Lifted earlier = shfl_up(inclusive, 1);
-      if (lane == 0) earlier = Seg::identity();
-      const Lifted before{fold.running, fold.started_here};
-      const Lifted carry = Seg::combine(before, earlier);
-      PieceFold<P> lane_fold{carry.value, carry.head};
-      SegmentWalker w = start;
-      if (plain) {
-        lane_fold.add(problem, parts, row, chunk, w.segment, mine.value, false, w.is_last(last), last == piece_end - 1);
-      } else {
-        for_each_run(w, [&](SegmentWalker& on, const Value& v, bool head, int64_t run_last) {
-          lane_fold.add(problem, parts, row, chunk, on.segment, v, head, on.is_last(run_last), run_last == piece_end - 1);
-        });
-      }
-      // The warp moves on with the fold and the segment of the tile's last position.
-      const Lifted after = Seg::combine(before, shfl_idx(inclusive, 31));
-      fold.running = after.value;
-      fold.started_here = after.head;
-      const int last_lane = static_cast<int>((tile_end - 1 - tile_begin) / kItems);
-      at.segment = shfl_idx(w.segment, last_lane);
-      at.next_start = shfl_idx(w.next_start, last_lane);
+    for (int k = 1; k < kItems; ++k) folded = M::combine(folded, v[k]);
+    folded = warp_reduce<M>(folded);
+    if constexpr (kTileWarps > 1) {
+      if (lane == 0) warp_totals[warp].value = folded;
+      __syncthreads();
+      if (t != 0) return;
+      for (int w = 1; w < kTileWarps; ++w) folded = M::combine(folded, warp_totals[w].value);
+    } else if (t != 0) {
+      return;
     }
-    if (ends_piece) break;
-    // A segment that ends with the tile hands the next tile a fresh one.
-    tile_starts = at.enter(g, tile_end);
+    write(lo, folded, lo_start == tile_begin, lo_end == tile_end);
+    return;
+  }
+
+  // ---- segments start inside the tile ----
+  uint32_t* bits = start_bits[tile];
+  for (int i = t; i < kWords; i += kTileThreads) bits[i] = 0;
+  sync_tile();
+  // A non-empty segment that starts in the tile marks its first position; an empty one starts
+  // where the next one does and marks nothing.
+  auto mark = [&](int64_t k, int64_t begin, int64_t end) {
+    const int64_t p = begin - tile_begin;
+    if (p >= 0 && p < tile_len && end - tile_begin > p) {
+      const int q = static_cast<int>(p);
+      atomicOr(&bits[q / 32], 1u << (q % 32));
+      segment_at[(q % kItems) * kThreads + tile * kTileThreads + q / kItems] = static_cast<int>(k - lo);
+    }
+  };
+  if (marks) mark(lo + t, mark_start, mark_end);
+#pragma unroll 4
+  for (int64_t k = lo + t + kTileThreads; k <= hi; k += kTileThreads) {  // tiles of many short segments
+    mark(k, g.segment_start(k), g.segment_start(k + 1));
+  }
+  sync_tile();
+  // The thread's starts (bit k: position first + k), and the ends of its runs: before a start
+  // (also the next thread's first), and at the tile's last position.
+  const uint32_t starts = (bits[first / 32] >> (first % 32)) & ((1u << kItems) - 1);
+  const int after = first + kItems;
+  uint32_t ends = (starts >> 1) | (((bits[after / 32] >> (after % 32)) & 1u) << (kItems - 1));
+  if (tile_len - 1 >= first && tile_len - 1 < after) ends |= 1u << (tile_len - 1 - first);
+  // The fold of the thread's values, restarting at each start; each run that ends here keeps its
+  // fold and its segment (-1: the segment that comes in from the earlier threads) in its slot.
+  Value acc = v[0];
+  int segment = -1;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const bool head = (starts >> k) & 1u;
+    if (k > 0) acc = head ? v[k] : M::combine(acc, v[k]);
+    if (head) segment = segment_at[slot(k)];
+    if ((ends >> k) & 1u) {
+      run_values[slot(k)] = acc;
+      segment_at[slot(k)] = segment;
+    }
+  }
+  // The carry into the thread's first run: the exclusive segmented scan of the threads' folds
+  // since their last start, in the tile's order (a warp scan, then the earlier warps' totals).
+  const Lifted inclusive = warp_inclusive_scan<Carry>(Lifted{acc, segment});
+  Lifted carry = shfl_up(inclusive, 1);
+  if constexpr (kTileWarps > 1) {
+    if (lane == 31) warp_totals[warp] = inclusive;
+    __syncthreads();
+    Lifted before = Carry::identity();
+    for (int w = 0; w < warp; ++w) before = Carry::combine(before, warp_totals[w]);
+    carry = lane == 0 ? before : Carry::combine(before, carry);
+  } else if (lane == 0) {
+    carry = Carry::identity();
+  }
+  // The runs that end in this thread's positions, each written by this thread: a loop over them.
+  while (ends != 0) {
+    const int k = __ffs(ends) - 1;
+    ends &= ends - 1;
+    Value value = run_values[slot(k)];
+    int s = segment_at[slot(k)];
+    if (s < 0) {  // the thread's first run: the segment of the carry (lo when no start came before)
+      value = M::combine(carry.value, value);
+      s = carry.segment;
+    }
+    const int64_t seg = lo + max(s, 0);
+    const bool tile_last = first + k == tile_len - 1;
+    write(seg, value, s >= 0, !tile_last || g.segment_start(seg + 1) == tile_end);
   }
 }
 
@@ -325,12 +426,21 @@ __global__ void __launch_bounds__(256)
       pending &= pending - 1;
       const int64_t r = shfl_idx(row, src), s = shfl_idx(segment, src);
       const int64_t a = shfl_idx(c0, src), b = shfl_idx(c1, src);
-      // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order.
+      // Lane l folds a contiguous share of head[a+1 .. b]; the warp scan keeps the order. The
+      // loads go 64 bytes at a time: one huge sequence over 2^25 float32 has 8192 pieces of
+      // 4096 in the rows pass, 256 a lane, and a load at a time would be 256 round trips.
+      constexpr int kBatch = sizeof(Value) <= 4 ? 16 : sizeof(Value) <= 8 ? 8 : 4;
       const int64_t share = (b - a + 31) / 32;
       const int64_t from = a + 1 + lane * share;
       const int64_t to = min(from + share, b + 1);
       Value acc = M::identity();
-      for (int64_t c = from; c < to; ++c) acc = M::combine(acc, parts.head[parts.at(r, c)]);
+      for (int64_t c = from; c < to; c += kBatch) {
+        Value batch[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) batch[j] = c + j < to ? parts.head[parts.at(r, c + j)] : M::identity();
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) acc = M::combine(acc, batch[j]);
+      }
       acc = shfl_idx(warp_inclusive_scan<M>(acc), 31);
       if (lane == 0) problem.store_final(r, s, M::combine(parts.tail[parts.at(r, a)], acc));
     }
@@ -351,15 +461,12 @@ struct SegmentReduceEngine {
     return std::max<int64_t>(16, per_thread);
   }
 
-  // Positions per warp of the rows pass: whole warp tiles, as many as leave about four warps
-  // per warp slot of the GPU (the last wave's idle slots stay a small share), at most 32 tiles.
+  // The tile of the rows pass: a block's (kThreads x kItems positions) for rows of at least half
+  // of that (at least half of a block's threads have values), else a warp's (32 x kItems).
   template <class Value>
-  static int64_t row_chunk_length(const ScanGeometry& g, int sm_count) {
+  static int tile_threads(const ScanGeometry& g) {
     using Policy = SegmentReducePolicy<Value>;
-    const int64_t tiles_per_row = (g.len + Policy::kWarpTile - 1) / Policy::kWarpTile;
-    const int64_t warps_wanted = int64_t{4} * sm_count * Policy::kMinBlocksPerSM * Policy::kWarps;
-    const int64_t tiles_per_piece = std::clamp<int64_t>(g.rows * tiles_per_row / warps_wanted, 1, 32);
-    return std::min(tiles_per_row, tiles_per_piece) * Policy::kWarpTile;
+    return 2 * g.len >= int64_t{Policy::kThreads} * Policy::kItems ? Policy::kThreads : 32;
   }
 
   template <class P>
@@ -369,15 +476,17 @@ struct SegmentReduceEngine {
     if (g.rows == 0 || g.len == 0) return;
     const cudaStream_t stream = ctx.stream;
     const bool columns = layout.rows_adjacent && g.rows > 1;
-    const int64_t chunk_length = columns ? column_chunk_length(g) : row_chunk_length<Value>(g, ctx.sm_count);
+    using Policy = SegmentReducePolicy<Value>;
+    const int row_tile_threads = tile_threads<Value>(g);
+    const int64_t chunk_length = columns ? column_chunk_length(g) : int64_t{row_tile_threads} * Policy::kItems;
     const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
     const int64_t pieces = g.rows * chunks;
     void* partials = ctx.workspace->allocate(2 * pieces * sizeof(Value));
-    PieceSegments segments{nullptr};
+    PieceSegments segments{nullptr, g.num_segments() - 1};
     if (g.segments.offsets != nullptr) {
       auto* first_segment = static_cast<int64_t*>(ctx.workspace->allocate((chunks + 1) * sizeof(int64_t)));
       segments.first_segment = first_segment;
-      const int64_t blocks = std::min<int64_t>((chunks + 256) / 256, int64_t(1) << 16);
+      const int64_t blocks = std::min<int64_t>((g.num_segments() + 255) / 256, int64_t(1) << 16);
       piece_segments_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g, chunk_length, chunks,
                                                                              first_segment);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -393,13 +502,21 @@ struct SegmentReduceEngine {
       const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, kMaxBlocks);
       segment_reduce_columns_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts, segments, chunks);
     } else {
-      using Policy = SegmentReducePolicy<Value>;
       parts.row_step = chunks;
       parts.chunk_step = 1;
-      const int64_t blocks = (pieces + Policy::kWarps - 1) / Policy::kWarps;
+      // The pass names a tile's segments relative to its first one, in an int.
+      TORCH_CHECK(g.num_segments() <= std::numeric_limits<int>::max(), "segment reduction: more than 2^31 - 1 sequences");
+      const int64_t tiles_per_block = Policy::kThreads / row_tile_threads;
+      const int64_t blocks = (pieces + tiles_per_block - 1) / tiles_per_block;
       TORCH_CHECK(blocks < (int64_t(1) << 31), "segment reduction: too many pieces");
-      segment_reduce_rows_kernel<P><<<static_cast<unsigned>(blocks), Policy::kThreads, 0, stream>>>(
-          problem, g, parts, segments, chunks, pieces, !wide_access_disabled());
+      const bool wide = !wide_access_disabled();
+      if (row_tile_threads == Policy::kThreads) {
+        segment_reduce_rows_kernel<P, Policy::kThreads><<<static_cast<unsigned>(blocks), Policy::kThreads, 0, stream>>>(
+            problem, g, parts, segments, chunks, pieces, wide);
+      } else {
+        segment_reduce_rows_kernel<P, 32><<<static_cast<unsigned>(blocks), Policy::kThreads, 0, stream>>>(
+            problem, g, parts, segments, chunks, pieces, wide);
+      }
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (chunks > 1) {
