@@ -148,7 +148,7 @@ def test_compact_small_for_sanitizer(device):
 @pytest.mark.parametrize("dtype", (torch.bool, torch.bfloat16, torch.float32, torch.float64, torch.complex128))
 @pytest.mark.parametrize("density", (0.5, 0.03, 0.97))
 def test_compact_many_tiles(dtype, density, device):
-    """Many tiles of the select kernel (their counts joined by the look-back), with data aligned
+    """Many tiles of the select kernel (their counts scanned into first slots), with data aligned
     to a thread's run (wide loads) and not (views at odd offsets: element loads), and capacities
     that end inside a tile."""
     n = 37 * 4096 + 1234
@@ -177,6 +177,26 @@ def test_compact_more_tiles_than_blocks(dtype, device):
     want, want_indices = x[mask], mask.nonzero().flatten()
     count = want.numel()
     for capacity in (count // 2, count + 1):
+        values, got, indices = pp.compact(x, mask, capacity=capacity, return_indices=True)
+        kept = min(capacity, count)
+        assert int(got) == count
+        assert torch.equal(values[:kept], want[:kept]) and torch.equal(indices[:kept], want_indices[:kept])
+    assert torch.equal(pp.compact(x, mask), want)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
+def test_compact_more_count_blocks_than_run_at_once(dtype, device):
+    """More blocks of the CUDA count pass (8 x 4096 positions each) than an H200 runs at once,
+    so that the look-back over their counts meets blocks that have not started; float64's
+    scatter tiles (2048 positions) read every other slot group. A capacity that ends late."""
+    if device == "cpu":
+        pytest.skip("the count blocks are the CUDA kernel's")
+    n = (5 << 23) + 777  # 1281 count blocks, the last one partial
+    x = torch.randn(n, device=device, dtype=dtype)
+    mask = torch.rand(n, device=device) < 0.7
+    want, want_indices = x[mask], mask.nonzero().flatten()
+    count = want.numel()
+    for capacity in (count, count - 1000, count + 3):
         values, got, indices = pp.compact(x, mask, capacity=capacity, return_indices=True)
         kept = min(capacity, count)
         assert int(got) == count

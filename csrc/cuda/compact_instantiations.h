@@ -7,8 +7,8 @@
 
 namespace parprims::cuda {
 
-// The select kernel (engine/select.cuh): the kept elements (and positions) in order, and the
-// count; slots past the count are left to fill_tail.
+// The select (engine/select.cuh): the kept elements (and positions) in order, and the count;
+// slots past the count are left to fill_tail.
 void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx);
 
 // slots[i] = the `element_bytes`-byte pattern `bits` for i in [*count, capacity): the count is

@@ -15,28 +15,31 @@ namespace {
 constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
 
+// The two passes of engine/select.cuh: the count, then the scatter, only when values or
+// positions are wanted.
 template <class Word>
 void launch_select(const host::CompactCall& c, const LaunchContext& ctx) {
-  using K = SelectFlagged<Word>;
+  using K = SelectScatter<Word>;
   SelectCall<Word> call{host::typed_arrays<Word>(c)};
   call.n = c.geometry.len;
-  const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
-  TORCH_CHECK(tiles <= 0x7fffffff, "mask: too many elements (", call.n, ")");
+  const int64_t blocks = SelectPlan::count_blocks(call.n);
+  TORCH_CHECK(blocks <= 0x7fffffff, "mask: too many elements (", call.n, ")");
+  auto* memory = static_cast<unsigned char*>(ctx.workspace->allocate(SelectPlan::bytes(call.n)));
+  const SelectPlan plan = SelectPlan::at(memory, call.n);
+  C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, SelectPlan::state_bytes(call.n), ctx.stream));
+  select_count_kernel<<<static_cast<unsigned>(blocks), 32 * kCountWarps, 0, ctx.stream>>>(call.mask, call.n, plan,
+                                                                                        call.count);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (call.values == nullptr && call.indices == nullptr) return;  // the count alone
   // The policy's blocks per SM need more shared memory than the default carveout gives.
   static const bool carveout_set = [] {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(select_flagged_kernel<Word>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    C10_CUDA_CHECK(cudaFuncSetAttribute(select_scatter_kernel<Word>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
     return true;
   }();
   (void)carveout_set;
-  // A single tile looks back at nothing: no workspace, no memset.
-  CountTileState state;
-  if (tiles > 1) {
-    void* memory = ctx.workspace->allocate(CountTileState::bytes(tiles));
-    C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, CountTileState::bytes(tiles), ctx.stream));
-    state = CountTileState::at(memory);
-  }
-  select_flagged_kernel<Word><<<static_cast<unsigned>(tiles), K::kThreads, 0, ctx.stream>>>(call, state, tiles);
+  const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
+  select_scatter_kernel<Word><<<static_cast<unsigned>(tiles), K::kThreads, 0, ctx.stream>>>(call, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -84,19 +84,18 @@ constexpr int kMinColumnRows = 2;
 // kernel otherwise.
 constexpr int kRowLoopRowsPerSM = 2;
 
-// The compaction (select.cuh): a block of kThreads threads takes a tile of consecutive
-// positions, kItems per thread, loading a thread's mask bytes in one wide load and its
-// elements in 64 bytes of wide loads; the kept elements of a tile are staged in shared memory
-// (kTile elements at most) before their coalesced store.
+// The compaction's scatter (select.cuh): a block of kThreads threads takes a tile of
+// consecutive positions, kItems per thread, reading a thread's keep bits (one 16-bit entry)
+// and its elements in 64 bytes of wide loads; the kept elements of a tile are staged in shared
+// memory (kTile elements at most) before their coalesced store.
 template <class Word>
 struct SelectPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Word));
   static constexpr int kThreads = 256;
   static constexpr int kItems = kBytes <= 4 ? 16 : 64 / kBytes;
   static constexpr int kTile = kThreads * kItems;
-  // A block waits for its tile's loads and then for its look-back with nothing else to do, so
-  // blocks per SM are what hides both: registers are capped for 6 (48 registers gave 5, and
-  // ncu had 53 % of the cycles stalled at the block's barriers).
+  // A block waits for its tile's loads with nothing else to do, so blocks per SM are what hides
+  // the wait: registers are capped for 6 (48 registers gave 5).
   static constexpr int kMinBlocksPerSM = 6;
 };
 

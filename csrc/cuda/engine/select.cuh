@@ -1,17 +1,24 @@
-// The select: stream compaction of flagged elements in one pass (the seed's predicate -> scan
-// -> scatter), on the engine's block scan and a look-back of counts.
+// The select: stream compaction of flagged elements (the seed's predicate -> scan -> scatter),
+// in two passes on the engine's scan pieces:
 //
-// A block takes a tile of kTile consecutive positions (tile ids in start order), kItems per
-// thread. Each thread loads its mask bytes in one wide load and its elements in wide loads,
-// counts its kept positions, and the block scans the counts (BlockScan): each kept element now
-// has its slot within the tile. Warp 0 publishes the tile's count and looks back over its
-// predecessors' counts (lookback.cuh, status and count in one word) for the tile's first
-// output slot, while the other warps stage their kept elements in shared memory at their tile
-// slots. After one barrier the block stores the staged elements to consecutive output slots:
-// coalesced, whatever the mask.
+//  1. count (reads the mask): a warp turns 4096 mask bytes into 4096 keep bits (16-byte loads)
+//     and counts them per group of 1024 positions; a block of 8 warps scans its 32 group counts
+//     and looks back over the earlier blocks' counts (lookback.cuh: status and count in one
+//     word) for each group's first output slot. The last block writes the count.
+//  2. scatter (reads the keep bits and the elements): a block takes a tile, kItems positions
+//     per thread; each thread reads its keep bits and its elements in wide loads, the block
+//     scans the threads' counts (BlockScan): each kept element has its slot within the tile.
+//     The kept elements are staged in shared memory at their tile slots; after one barrier
+//     the block stores them to consecutive output slots from the tile's first: coalesced,
+//     whatever the mask.
 //
-// Counts are integers, so the result does not depend on the order of the look-back: the
-// select is deterministic.
+// The scatter's blocks wait for nothing but their own loads. A single pass with the look-back
+// in the scattering blocks (CUB's design) made every block wait for its predecessors' counts
+// with its tile held: on an H200 (2^28 float32, half kept, capacity n/2 + n/64) it took
+// 0.795 ms, these two passes 0.617 (benchmarks/NOTES.md). The keep bits cost the count pass
+// n/8 bytes of writes and save the scatter n - n/8 bytes of mask reads.
+// Counts are integers, so the result does not depend on any order: the select is
+// deterministic.
 #pragma once
 
 #include <cstdint>
@@ -24,59 +31,147 @@
 
 namespace parprims::cuda {
 
-// One flat compaction of a mask of n bytes (core/compact_problems.h); the last tile writes the
-// count.
+// One flat compaction of a mask of n bytes (core/compact_problems.h).
 template <class Word>
 struct SelectCall : CompactArrays<Word> {
   int64_t n = 0;
 };
 
+// The count pass's tiles: a warp takes kCountTile positions, a block kCountWarps of them; the
+// first output slots are kept per group of kSlotGroup positions, the smallest scatter tile
+// (1024 x 16-byte elements), so that one plan serves the scatter of every element size.
+constexpr int kCountTile = 4096;
+constexpr int kCountWarps = 8;
+constexpr int kSlotGroup = 1024;
+constexpr int kGroupsPerCountTile = kCountTile / kSlotGroup;
+static_assert(kCountWarps * kGroupsPerCountTile == 32, "a count block's groups are one per lane of a warp");
+
+// What the count pass leaves for the scatter (workspace of one call):
+//   keep_bits[e]    bit k: position 16 e + k is kept (0 past n)
+//   first_slots[g]  kept positions before position g * kSlotGroup
+//   state           the count blocks' look-back words (zeroed before the count pass)
+struct SelectPlan {
+  uint16_t* keep_bits = nullptr;
+  int64_t* first_slots = nullptr;
+  CountTileState state;
+
+  __host__ __device__ static int64_t bits_entries(int64_t n) { return (n + 15) / 16; }
+  __host__ __device__ static int64_t groups(int64_t n) { return (n + kSlotGroup - 1) / kSlotGroup; }
+  __host__ __device__ static int64_t count_blocks(int64_t n) {
+    return (n + int64_t{kCountTile} * kCountWarps - 1) / (int64_t{kCountTile} * kCountWarps);
+  }
+  // Byte sizes of the three arrays, each a multiple of 16 bytes, in this order.
+  static int64_t state_bytes(int64_t n) { return (static_cast<int64_t>(CountTileState::bytes(count_blocks(n))) + 15) / 16 * 16; }
+  static int64_t slots_bytes(int64_t n) { return (groups(n) * 8 + 15) / 16 * 16; }
+  static int64_t bits_bytes(int64_t n) { return (bits_entries(n) * 2 + 15) / 16 * 16; }
+  static int64_t bytes(int64_t n) { return state_bytes(n) + slots_bytes(n) + bits_bytes(n); }
+  static SelectPlan at(unsigned char* base, int64_t n) {
+    SelectPlan p;
+    p.state = CountTileState::at(base);
+    p.first_slots = reinterpret_cast<int64_t*>(base + state_bytes(n));
+    p.keep_bits = reinterpret_cast<uint16_t*>(base + state_bytes(n) + slots_bytes(n));
+    return p;
+  }
+};
+
+// 1 in the low bit of every byte of `w` that is not zero.
+__device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
+  w |= w >> 1;
+  w |= w >> 2;
+  w |= w >> 4;
+  return w & 0x01010101u;
+}
+
+// The keep bits of 4 mask bytes: bit k set where byte k is not zero (any nonzero byte counts
+// as kept, as `mask[pos] ? 1 : 0` does on the CPU).
+__device__ __forceinline__ uint32_t keep_bits_of(uint32_t w) {
+  return (nonzero_bytes(w) * 0x01020408u) >> 24;  // each byte's low bit gathered into 4 bits
+}
+
+// The keep bits of the 16 positions from `first` (a multiple of 16): one 16-byte load when
+// they are inside the mask and aligned, else byte loads (0 past n).
+__device__ __forceinline__ uint32_t load_keep_16(const bool* mask, int64_t first, int64_t n) {
+  const bool* run = mask + first;
+  if (first + 16 <= n && reinterpret_cast<uintptr_t>(run) % 16 == 0) {
+    const uint4 w = *reinterpret_cast<const uint4*>(run);
+    return keep_bits_of(w.x) | keep_bits_of(w.y) << 4 | keep_bits_of(w.z) << 8 | keep_bits_of(w.w) << 12;
+  }
+  uint32_t keep = 0;
+  for (int k = 0; k < 16 && first + k < n; ++k) keep |= (run[k] ? 1u : 0u) << k;
+  return keep;
+}
+
+// The count pass. Count block b (its id claimed in start order, for the look-back) takes
+// kCountWarps tiles of kCountTile positions from b * kCountWarps * kCountTile; lane L of a
+// warp reads the 16 positions at 16 (32 i + L) of its tile for i = 0..7 (a warp's load is 512
+// consecutive bytes), writes their keep bits, and the warp sums the counts of the tile's
+// kSlotGroup-position groups. Warp 0 scans the block's 32 group counts, looks back over the
+// earlier blocks' counts (status and count in one word) and writes each group's first slot;
+// the last block writes the count.
+__global__ void __launch_bounds__(32 * kCountWarps) select_count_kernel(const bool* mask, int64_t n, SelectPlan plan,
+                                                                        int64_t* count) {
+  constexpr int kLoads = kCountTile / 512;
+  constexpr int kLoadsPerGroup = kLoads / kGroupsPerCountTile;
+  __shared__ unsigned long long block_id;
+  __shared__ int group_counts[32];
+  if (threadIdx.x == 0) block_id = plan.state.claim_tile();
+  __syncthreads();
+  const int64_t block = static_cast<int64_t>(block_id);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t base = (block * kCountWarps + warp) * kCountTile;
+  const int64_t entries = SelectPlan::bits_entries(n);
+
+  uint32_t bits[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) bits[i] = load_keep_16(mask, base + 16 * (32 * i + lane), n);
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int64_t entry = base / 16 + 32 * i + lane;
+    if (entry < entries) plan.keep_bits[entry] = static_cast<uint16_t>(bits[i]);
+  }
+#pragma unroll
+  for (int g = 0; g < kGroupsPerCountTile; ++g) {
+    int c = 0;
+#pragma unroll
+    for (int i = g * kLoadsPerGroup; i < (g + 1) * kLoadsPerGroup; ++i) c += __popc(bits[i]);
+    c = __reduce_add_sync(kFullMask, c);
+    if (lane == 0) group_counts[warp * kGroupsPerCountTile + g] = c;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+
+  const int group_count = group_counts[lane];
+  const int inclusive = warp_inclusive_scan<Add<int>>(group_count);
+  const auto block_total = static_cast<unsigned long long>(shfl_idx(inclusive, 31));
+  if (lane == 0) plan.state.publish(block, block_total, block == 0 ? kPrefix : kAggregate);
+  unsigned long long prefix = 0;
+  if (block > 0) {
+    prefix = look_back_counts(plan.state, block);
+    if (lane == 0) plan.state.publish(block, prefix + block_total, kPrefix);
+  }
+  const int64_t group = block * 32 + lane;
+  if (group < SelectPlan::groups(n)) plan.first_slots[group] = static_cast<int64_t>(prefix) + inclusive - group_count;
+  if (lane == 0 && block == SelectPlan::count_blocks(n) - 1) *count = static_cast<int64_t>(prefix + block_total);
+}
+
+// The scatter pass: block b takes tile b (kThreads x kItems positions), with the keep bits and
+// the first output slot the count pass wrote.
 template <class Word>
-struct SelectFlagged {
+struct SelectScatter {
   using Policy = SelectPolicy<Word>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
-  static_assert(kItems % 4 == 0 && kItems <= 32, "keep bits: whole 4-byte mask words, one 32-bit mask");
+  static_assert(16 % kItems == 0 && kItems <= 16, "a thread's keep bits lie in one 16-bit entry");
+  static_assert(kTile % kSlotGroup == 0, "a tile starts a slot group");
   static_assert(kTile <= 65536, "tile positions are staged as 16 bits");
 
   struct SharedStorage {
     typename BlockScan<Add<int>, kThreads>::Storage scan;
-    Word values[kTile];              // the tile's kept elements, at their tile slots
-    uint16_t positions[kTile];       // their positions in the tile (only when indices are wanted)
-    unsigned long long tile;
-    unsigned long long first_slot;   // the tile's first output slot (the look-back's prefix)
+    Word values[kTile];         // the tile's kept elements, at their tile slots
+    uint16_t positions[kTile];  // their positions in the tile (only when indices are wanted)
   };
-
-  // 1 in the low bit of every byte of `w` that is not zero.
-  static __device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
-    w |= w >> 1;
-    w |= w >> 2;
-    w |= w >> 4;
-    return w & 0x01010101u;
-  }
-
-  // Bit k: position first + k is kept (0 past n). A bool tensor holds 0 or 1, but any nonzero
-  // byte counts as kept, as `mask[pos] ? 1 : 0` does on the CPU.
-  static __device__ __forceinline__ uint32_t load_keep(const bool* mask, int64_t first, int64_t n) {
-    const bool* run = mask + first;
-    uint32_t words[kItems / 4];
-    if (first + kItems <= n && load_wide<kItems / 4>(reinterpret_cast<const uint32_t*>(run), words)) {
-      uint32_t keep = 0;
-#pragma unroll
-      for (int w = 0; w < kItems / 4; ++w) {
-        // Each byte's low bit gathered into 4 bits (b0 -> bit 0, ..., b3 -> bit 3).
-        keep |= ((nonzero_bytes(words[w]) * 0x01020408u) >> 24) << (4 * w);
-      }
-      return keep;
-    }
-    uint32_t keep = 0;
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (first + k < n && run[k]) keep |= 1u << k;
-    }
-    return keep;
-  }
 
   // The thread's elements: wide loads of the whole run when it is inside the mask and aligned
   // (issued before the scan, so they are in flight during it), else only the kept ones.
@@ -89,65 +184,56 @@ struct SelectFlagged {
     }
   }
 
-  // Warp 0: publishes the tile's count, finds the tile's first output slot and publishes the
-  // inclusive count. A state without look-back (a single tile) starts at slot 0.
-  static __device__ __forceinline__ void find_first_slot(SharedStorage& smem, const CountTileState& state,
-                                                         int64_t tile, int tile_count) {
-    const int lane = threadIdx.x & 31;
-    unsigned long long first_slot = 0;
-    if (state.enabled()) {
-      if (lane == 0) state.publish(tile, static_cast<unsigned long long>(tile_count), tile == 0 ? kPrefix : kAggregate);
-      if (tile > 0) {
-        first_slot = look_back_counts(state, tile);
-        if (lane == 0) state.publish(tile, first_slot + static_cast<unsigned long long>(tile_count), kPrefix);
-      }
-    }
-    if (lane == 0) smem.first_slot = first_slot;
-  }
-
-  static __device__ void run(const SelectCall<Word>& c, const CountTileState& state, int64_t tiles) {
-    __shared__ SharedStorage smem;
-    if (threadIdx.x == 0) smem.tile = state.claim_tile();
-    __syncthreads();
-    const int64_t tile = static_cast<int64_t>(smem.tile);
-    const int64_t base = tile * kTile;
-    const int local = static_cast<int>(threadIdx.x) * kItems;
-
-    const uint32_t keep = load_keep(c.mask, base + local, c.n);
-    Word words[kItems];
-    if (c.source != nullptr) load_words(c.source, base + local, c.n, keep, words);
-
-    int tile_count;
-    const int slot = BlockScan<Add<int>, kThreads>::exclusive(smem.scan, __popc(keep), tile_count);
-    if (threadIdx.x < 32) find_first_slot(smem, state, tile, tile_count);
-
-    // Stage the kept elements (and their tile positions) at their tile slots.
-    int at = slot;
+  // Stages the thread's kept elements (and their tile positions) at their tile slots.
+  static __device__ __forceinline__ void stage(SharedStorage& smem, const SelectCall<Word>& c, int local,
+                                               uint32_t keep, const Word (&words)[kItems], int slot) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if ((keep >> k) & 1u) {
-        if (c.values != nullptr) smem.values[at] = words[k];
-        if (c.indices != nullptr) smem.positions[at] = static_cast<uint16_t>(local + k);
-        ++at;
+        if (c.values != nullptr) smem.values[slot] = words[k];
+        if (c.indices != nullptr) smem.positions[slot] = static_cast<uint16_t>(local + k);
+        ++slot;
       }
     }
-    __syncthreads();
+  }
 
-    const int64_t first_slot = static_cast<int64_t>(smem.first_slot);
+  // After the barrier: the block stores the staged elements to consecutive output slots from
+  // the tile's first, as many as the capacity leaves room for.
+  static __device__ __forceinline__ void store(const SharedStorage& smem, const SelectCall<Word>& c, int64_t base,
+                                               int64_t first_slot, int tile_count) {
     const int64_t room = c.capacity - first_slot;  // slots left for this tile
     const int stored = room <= 0 ? 0 : (room < tile_count ? static_cast<int>(room) : tile_count);
     for (int i = threadIdx.x; i < stored; i += kThreads) {
       if (c.values != nullptr) c.values[first_slot + i] = smem.values[i];
       if (c.indices != nullptr) c.indices[first_slot + i] = base + smem.positions[i];
     }
-    if (tile == tiles - 1 && threadIdx.x == 0) *c.count = first_slot + tile_count;
+  }
+
+  static __device__ void run(const SelectCall<Word>& c, const SelectPlan& plan) {
+    __shared__ SharedStorage smem;
+    const int64_t tile = blockIdx.x;
+    const int64_t base = tile * kTile;
+    const int64_t first_slot = plan.first_slots[tile * (kTile / kSlotGroup)];
+    if (first_slot >= c.capacity) return;  // the whole block: nothing of this tile is stored
+
+    const int local = static_cast<int>(threadIdx.x) * kItems;
+    const int64_t first = base + local;
+    const uint32_t keep =
+        first < c.n ? (plan.keep_bits[first / 16] >> (first % 16)) & ((1u << kItems) - 1) : 0u;
+    Word words[kItems];
+    if (c.source != nullptr) load_words(c.source, first, c.n, keep, words);
+    int tile_count;
+    const int slot = BlockScan<Add<int>, kThreads>::exclusive(smem.scan, __popc(keep), tile_count);
+    stage(smem, c, local, keep, words, slot);
+    __syncthreads();
+    store(smem, c, base, first_slot, tile_count);
   }
 };
 
 template <class Word>
-__global__ void __launch_bounds__(SelectFlagged<Word>::kThreads, SelectPolicy<Word>::kMinBlocksPerSM)
-    select_flagged_kernel(const SelectCall<Word> c, const CountTileState state, int64_t tiles) {
-  SelectFlagged<Word>::run(c, state, tiles);
+__global__ void __launch_bounds__(SelectScatter<Word>::kThreads, SelectPolicy<Word>::kMinBlocksPerSM)
+    select_scatter_kernel(const SelectCall<Word> c, const SelectPlan plan) {
+  SelectScatter<Word>::run(c, plan);
 }
 
 }  // namespace parprims::cuda
