@@ -61,7 +61,9 @@ struct SelectPlan {
     return (n + int64_t{kCountTile} * kCountWarps - 1) / (int64_t{kCountTile} * kCountWarps);
   }
   // Byte sizes of the three arrays, each a multiple of 16 bytes, in this order.
-  static int64_t state_bytes(int64_t n) { return (static_cast<int64_t>(CountTileState::bytes(count_blocks(n))) + 15) / 16 * 16; }
+  static int64_t state_bytes(int64_t n) {
+    return (static_cast<int64_t>(CountTileState::bytes(count_blocks(n))) + 15) / 16 * 16;
+  }
   static int64_t slots_bytes(int64_t n) { return (groups(n) * 8 + 15) / 16 * 16; }
   static int64_t bits_bytes(int64_t n) { return (bits_entries(n) * 2 + 15) / 16 * 16; }
   static int64_t bytes(int64_t n) { return state_bytes(n) + slots_bytes(n) + bits_bytes(n); }
