@@ -1,10 +1,10 @@
 // Reductions as scan problems: a block reduction is a block scan's aggregate.
 //
 // A reduction problem loads elements into a monoid and writes one value per (row, segment) in
-// `store_final`; nothing is written per element (store and store_run do nothing). The CPU scan
-// engine runs it as a segmented scan that hands each segment's last inclusive value to
-// `store_final`; the CUDA segment-reduce engine (cuda/engine/segment_reduce.cuh) folds pieces of
-// each row and combines the pieces' partial values for the segments that cross them. A segment
+// `store_final`; nothing is written per element (store and store_run do nothing). The CPU
+// engine folds each segment plainly (`reduce` in cpu/engine.h, taken for `kReductionOnly`);
+// the CUDA segment-reduce engine (cuda/engine/segment_reduce.cuh) folds pieces of each row and
+// combines the pieces' partial values for the segments that cross them. A segment
 // with no element never reaches store_final: the host fills the output with the empty result
 // first (ReduceTraits::empty_result).
 //
@@ -47,6 +47,7 @@ template <class M, class In, class Out>
 struct ReduceProblem : ProblemBase<M> {
   using Value = typename M::value_type;
   using Traits = ReduceTraits<M>;
+  static constexpr bool kReductionOnly = true;
   struct Cursor {
     int64_t in;
     int64_t mask;

@@ -28,6 +28,8 @@ struct ProblemBase {
   // Bytes of one input element where a problem reads one array of them, 0 where it reads
   // more (kernel policies size their tiles by it).
   static constexpr int kInputBytes = 0;
+  // A reduction: nothing is written per element, only each segment's total (store_final).
+  static constexpr bool kReductionOnly = false;
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}

@@ -1,7 +1,7 @@
 // The CPU scan engine.
 //
 // Every row is scanned with the segmented lift of the problem's monoid, so rows, packed
-// sequences, exclusive and reverse scans share one loop. Many rows: rows in parallel, each
+// sequences, exclusive and reverse scans share one loop (reductions fold plainly: `reduce`). Many rows: rows in parallel, each
 // sequential (without packed sequences, four rows interleaved position by position). Few long rows: the three-phase chunked scan (reduce each chunk, scan the chunk
 // totals, rescan each chunk from its carry-in) over at::parallel_for.
 #pragma once
@@ -149,9 +149,104 @@ struct RowScanner {
   }
 };
 
+// Reductions (`kReductionOnly`: only segment totals are written) need no scan. A row is cut
+// into pieces of kRowChunk positions, all pieces of all rows in parallel; a piece folds each
+// segment's positions inside it in a plain loop, writes the segments that start and end in it,
+// and keeps the parts of the segments that cross its edges, which a pass over each row's
+// pieces then combines in order. The combines happen in the same order on every run.
+template <class P>
+struct PieceReducer {
+  using M = typename P::Monoid;
+  using Value = typename M::value_type;
+  // The part of a segment that crosses a piece's edge (segment -1: none).
+  struct Part {
+    int64_t segment = -1;
+    Value value = M::identity();
+    bool ends = false;  // a head part: its segment ends inside the piece
+  };
+  struct Parts {
+    Part head;  // the segment holding the piece's first position, started before the piece
+    Part tail;  // a segment that starts in the piece and goes on after it
+  };
+
+  const P& problem;
+  const ScanGeometry& g;
+  int64_t chunks;  // pieces per row
+
+  Value fold(const typename P::Cursor& cursor, int64_t begin, int64_t end) const {
+    Value acc = problem.load(cursor, g.physical_pos(begin));
+    for (int64_t pos = begin + 1; pos < end; ++pos) acc = M::combine(acc, problem.load(cursor, g.physical_pos(pos)));
+    return acc;
+  }
+
+  Parts piece(int64_t row, int64_t chunk) const {
+    const int64_t begin = chunk * kRowChunk;
+    const int64_t end = std::min(g.len, begin + kRowChunk);
+    const auto cursor = problem.cursor(row);
+    SegmentWalker walker;
+    walker.seek(g, begin);
+    Parts parts;
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t segment = walker.segment;
+      const int64_t start = g.segment_start(segment);
+      const int64_t stop = walker.next_start;  // the segment's end (empty ones are skipped)
+      const int64_t last = std::min(stop, end);
+      const Value value = fold(cursor, pos, last);
+      const int64_t physical = g.physical_segment(segment);
+      if (start < begin) {
+        parts.head = {physical, value, stop <= end};
+      } else if (stop > end) {
+        parts.tail = {physical, value, false};
+      } else {
+        problem.store_final(row, physical, value);
+      }
+      pos = last;
+      if (pos < end) walker.enter(g, pos);
+    }
+    return parts;
+  }
+
+  // The segments that cross the row's pieces, combined in order.
+  void join(int64_t row, const Parts* parts) const {
+    Value acc = M::identity();
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Part& head = parts[c].head;
+      if (head.segment >= 0) {
+        acc = M::combine(acc, head.value);
+        if (head.ends) problem.store_final(row, head.segment, acc);
+      }
+      if (parts[c].tail.segment >= 0) acc = parts[c].tail.value;
+    }
+  }
+};
+
+template <class P>
+void reduce(const P& problem, const ScanGeometry& g) {
+  const PieceReducer<P> reducer{problem, g, (g.len + kRowChunk - 1) / kRowChunk};
+  const int64_t pieces = g.rows * reducer.chunks;
+  const int64_t grain = std::max<int64_t>(1, kRowChunk / std::min(g.len, kRowChunk));
+  if (reducer.chunks == 1) {  // a piece per row: no segment crosses a piece
+    at::parallel_for(0, pieces, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t row = lo; row < hi; ++row) reducer.piece(row, 0);
+    });
+    return;
+  }
+  std::vector<typename PieceReducer<P>::Parts> parts(static_cast<size_t>(pieces));
+  at::parallel_for(0, pieces, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) parts[k] = reducer.piece(k / reducer.chunks, k % reducer.chunks);
+  });
+  at::parallel_for(0, g.rows, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) reducer.join(row, parts.data() + row * reducer.chunks);
+  });
+}
+
 template <class P>
 void scan(const P& problem, const ScanGeometry& g) {
   if (g.rows == 0 || g.len == 0) return;
+  if constexpr (P::kReductionOnly) {
+    reduce(problem, g);
+    return;
+  }
   const RowScanner<P> scanner{problem, g};
   const int64_t threads = at::get_num_threads();
   if (g.len > 2 * kRowChunk && g.rows < threads) {
