@@ -153,11 +153,14 @@ struct RowScanner {
 // into pieces of kRowChunk positions, all pieces of all rows in parallel; a piece folds each
 // segment's positions inside it in a plain loop, writes the segments that start and end in it,
 // and keeps the parts of the segments that cross its edges, which a pass over each row's
-// pieces then combines in order. The combines happen in the same order on every run.
+// pieces then combines in order. The combines happen in the same order on every run. Rows go
+// kGroup at a time, position by position (the segments are the same in every row): neighbouring
+// rows of a strided layout share cache lines, and independent rows fill each fold's latency.
 template <class P>
 struct PieceReducer {
   using M = typename P::Monoid;
   using Value = typename M::value_type;
+  static constexpr int kGroup = 8;
   // The part of a segment that crosses a piece's edge (segment -1: none).
   struct Part {
     int64_t segment = -1;
@@ -173,37 +176,39 @@ struct PieceReducer {
   const ScanGeometry& g;
   int64_t chunks;  // pieces per row
 
-  Value fold(const typename P::Cursor& cursor, int64_t begin, int64_t end) const {
-    Value acc = problem.load(cursor, g.physical_pos(begin));
-    for (int64_t pos = begin + 1; pos < end; ++pos) acc = M::combine(acc, problem.load(cursor, g.physical_pos(pos)));
-    return acc;
-  }
-
-  Parts piece(int64_t row, int64_t chunk) const {
+  // Piece `chunk` of rows row0 .. row0 + kRows - 1; parts[r] receives row0 + r's crossing parts.
+  template <int kRows>
+  void pieces(int64_t row0, int64_t chunk, Parts (&parts)[kRows]) const {
     const int64_t begin = chunk * kRowChunk;
     const int64_t end = std::min(g.len, begin + kRowChunk);
-    const auto cursor = problem.cursor(row);
+    typename P::Cursor cursors[kRows];
+    for (int r = 0; r < kRows; ++r) cursors[r] = problem.cursor(row0 + r);
     SegmentWalker walker;
     walker.seek(g, begin);
-    Parts parts;
     for (int64_t pos = begin; pos < end;) {
       const int64_t segment = walker.segment;
       const int64_t start = g.segment_start(segment);
       const int64_t stop = walker.next_start;  // the segment's end (empty ones are skipped)
       const int64_t last = std::min(stop, end);
-      const Value value = fold(cursor, pos, last);
+      Value acc[kRows];
+      for (int r = 0; r < kRows; ++r) acc[r] = problem.load(cursors[r], g.physical_pos(pos));
+      for (int64_t p = pos + 1; p < last; ++p) {
+        const int64_t physical_p = g.physical_pos(p);
+        for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], problem.load(cursors[r], physical_p));
+      }
       const int64_t physical = g.physical_segment(segment);
-      if (start < begin) {
-        parts.head = {physical, value, stop <= end};
-      } else if (stop > end) {
-        parts.tail = {physical, value, false};
-      } else {
-        problem.store_final(row, physical, value);
+      for (int r = 0; r < kRows; ++r) {
+        if (start < begin) {
+          parts[r].head = {physical, acc[r], stop <= end};
+        } else if (stop > end) {
+          parts[r].tail = {physical, acc[r], false};
+        } else {
+          problem.store_final(row0 + r, physical, acc[r]);
+        }
       }
       pos = last;
       if (pos < end) walker.enter(g, pos);
     }
-    return parts;
   }
 
   // The segments that cross the row's pieces, combined in order.
@@ -222,21 +227,37 @@ struct PieceReducer {
 
 template <class P>
 void reduce(const P& problem, const ScanGeometry& g) {
-  const PieceReducer<P> reducer{problem, g, (g.len + kRowChunk - 1) / kRowChunk};
-  const int64_t pieces = g.rows * reducer.chunks;
-  const int64_t grain = std::max<int64_t>(1, kRowChunk / std::min(g.len, kRowChunk));
-  if (reducer.chunks == 1) {  // a piece per row: no segment crosses a piece
-    at::parallel_for(0, pieces, grain, [&](int64_t lo, int64_t hi) {
-      for (int64_t row = lo; row < hi; ++row) reducer.piece(row, 0);
-    });
-    return;
-  }
-  std::vector<typename PieceReducer<P>::Parts> parts(static_cast<size_t>(pieces));
-  at::parallel_for(0, pieces, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) parts[k] = reducer.piece(k / reducer.chunks, k % reducer.chunks);
+  using R = PieceReducer<P>;
+  const R reducer{problem, g, (g.len + kRowChunk - 1) / kRowChunk};
+  const int64_t chunks = reducer.chunks;
+  // Work items: (group of kGroup rows, piece), then (one of the rows left over, piece).
+  const int64_t groups = g.rows / R::kGroup;
+  const int64_t grouped_items = groups * chunks;
+  const int64_t items = grouped_items + (g.rows - groups * R::kGroup) * chunks;
+  // Crossing parts by (row, piece); none when every row is one piece.
+  std::vector<typename R::Parts> parts(chunks > 1 ? static_cast<size_t>(g.rows * chunks) : 0);
+  auto keep = [&](int64_t row, int64_t chunk, const typename R::Parts& p) {
+    if (chunks > 1) parts[row * chunks + chunk] = p;
+  };
+  const int64_t grain = std::max<int64_t>(1, kRowChunk / (std::min(g.len, kRowChunk) * R::kGroup));
+  at::parallel_for(0, items, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      if (k < grouped_items) {
+        const int64_t row0 = k / chunks * R::kGroup, chunk = k % chunks;
+        typename R::Parts group_parts[R::kGroup];
+        reducer.template pieces<R::kGroup>(row0, chunk, group_parts);
+        for (int r = 0; r < R::kGroup; ++r) keep(row0 + r, chunk, group_parts[r]);
+      } else {
+        const int64_t row = groups * R::kGroup + (k - grouped_items) / chunks, chunk = (k - grouped_items) % chunks;
+        typename R::Parts row_parts[1];
+        reducer.template pieces<1>(row, chunk, row_parts);
+        keep(row, chunk, row_parts[0]);
+      }
+    }
   });
+  if (chunks == 1) return;  // no segment crosses a piece
   at::parallel_for(0, g.rows, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t row = lo; row < hi; ++row) reducer.join(row, parts.data() + row * reducer.chunks);
+    for (int64_t row = lo; row < hi; ++row) reducer.join(row, parts.data() + row * chunks);
   });
 }
 
