@@ -1,9 +1,11 @@
 // The CPU scan engine.
 //
 // Every row is scanned with the segmented lift of the problem's monoid, so rows, packed
-// sequences, exclusive and reverse scans share one loop (reductions fold plainly: `reduce`). Many rows: rows in parallel, each
-// sequential (without packed sequences, four rows interleaved position by position). Few long rows: the three-phase chunked scan (reduce each chunk, scan the chunk
-// totals, rescan each chunk from its carry-in) over at::parallel_for.
+// sequences, exclusive and reverse scans share one loop. Many rows: rows in parallel, each
+// sequential (without packed sequences, four rows interleaved position by position). Few long
+// rows: the three-phase chunked scan (reduce each chunk, scan the chunk totals, rescan each
+// chunk from its carry-in) over at::parallel_for. Reductions, which write no per-element
+// output, skip the scan: each segment is folded plainly (`reduce`).
 #pragma once
 
 #include <ATen/Parallel.h>
