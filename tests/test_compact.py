@@ -187,8 +187,8 @@ def test_compact_more_tiles_than_blocks(dtype, device):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64))
 def test_compact_more_count_blocks_than_run_at_once(dtype, device):
     """More blocks of the CUDA count pass (8 x 4096 positions each) than an H200 runs at once,
-    so that the look-back over their counts meets blocks that have not started; float64's
-    scatter tiles (2048 positions) read every other slot group. A capacity that ends late."""
+    the last one partial; float64's scatter tiles (2048 positions) read every other slot group.
+    A capacity that ends late."""
     if device == "cpu":
         pytest.skip("the count blocks are the CUDA kernel's; the CPU compacts in one scan, "
                     "covered at smaller sizes by test_compact_many_tiles")
@@ -202,6 +202,22 @@ def test_compact_more_count_blocks_than_run_at_once(dtype, device):
         kept = min(capacity, count)
         assert int(got) == count
         assert torch.equal(values[:kept], want[:kept]) and torch.equal(indices[:kept], want_indices[:kept])
+    assert torch.equal(pp.compact(x, mask), want)
+
+
+def test_compact_more_count_blocks_than_one_slots_round(device):
+    """Past 2^28 positions the CUDA count blocks' totals (one per 32768 positions) take more
+    than one round of the one-block scan that turns them into first slots (8192 a round)."""
+    if device == "cpu":
+        pytest.skip("the count blocks are the CUDA kernel's; the CPU compacts in one scan, "
+                    "covered at smaller sizes by test_compact_many_tiles")
+    n = (1 << 28) + (3 << 15) + 5  # 8196 count blocks: a second round of 4, the last partial
+    x = torch.randint(-128, 127, (n,), device=device, dtype=torch.int8)
+    mask = torch.rand(n, device=device) < 0.3
+    want = x[mask]
+    values, count = pp.compact(x, mask, capacity=n)
+    assert int(count) == want.numel()
+    assert torch.equal(values[: want.numel()], want) and bool((values[want.numel():] == 0).all())
     assert torch.equal(pp.compact(x, mask), want)
 
 

@@ -23,10 +23,11 @@ void fill_tail(const at::Tensor& slots, int64_t count, const unsigned char* bits
   for (int64_t i = count; i < capacity; ++i) std::memcpy(base + i * bytes, bits, bytes);
 }
 
-void run_compact(const host::PreparedCompact& c) {
+void run_compact(host::PreparedCompact& c) {
   if (c.launch) host::dispatch_compact(c.call, Engine{});
   // On the CPU the count is already on the host: no synchronization to avoid.
   const int64_t count = c.count.item<int64_t>();
+  if (!c.fill_past_count) return;
   if (c.values.defined()) fill_tail(c.values, count, c.fill.bytes);
   if (c.indices.defined()) {
     const int64_t minus_one = -1;

@@ -7,9 +7,14 @@
 
 namespace parprims::cuda {
 
+// The bytes of the select's plan of a mask of n positions (engine/select.cuh: its keep bits and
+// first output slots), device memory aligned to 16 bytes.
+int64_t select_plan_bytes(int64_t n);
+
 // The select (engine/select.cuh): the kept elements (and positions) in order, and the count;
-// slots past the count are left to fill_tail.
-void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx);
+// slots past the count are left to fill_tail. `plan` is select_plan_bytes(n) of device memory;
+// `counted`: it already holds the plan of this mask (an earlier call's), so only the scatter runs.
+void compact_select(const host::CompactCall& c, void* plan, bool counted, const LaunchContext& ctx);
 
 // slots[i] = the `element_bytes`-byte pattern `bits` for i in [*count, capacity): the count is
 // only known on the device, so nothing is read back.

@@ -3,6 +3,7 @@
 // (engine/select.cuh) and the fill of the slots past the count, which reads the count on the
 // device: no host synchronization (compact_scatter.cu). The rest is host/compact_host.cpp.
 // Host code only. Schemas: csrc/registration.cpp.
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -15,10 +16,16 @@
 namespace parprims::cuda {
 namespace {
 
-void run_compact(const host::PreparedCompact& c) {
+// The select's plan (keep bits, first slots) is kept in `c.plan` for a later call on the mask.
+void run_compact(host::PreparedCompact& c) {
   const LaunchScope scope(c.count);
   const auto& ctx = scope.context();
-  if (c.launch) compact_scatter(c.call, ctx);
+  if (c.launch) {
+    const bool counted = c.plan.defined();
+    if (!counted) c.plan = at::empty({select_plan_bytes(c.call.geometry.len)}, c.mask.options().dtype(at::kByte));
+    compact_select(c.call, c.plan.data_ptr(), counted, ctx);
+  }
+  if (!c.fill_past_count) return;
   if (c.values.defined()) {
     fill_tail(c.values.data_ptr(), c.values.element_size(), c.values.size(0), c.call.count, c.fill, ctx);
   }

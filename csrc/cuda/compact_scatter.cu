@@ -1,4 +1,4 @@
-// CUDA kernels of the compaction (see compact_instantiations.h): the select kernel
+// CUDA kernels of the compaction (see compact_instantiations.h): the select kernels
 // (engine/select.cuh) and the fill of the slots past the count.
 #include <c10/cuda/CUDAException.h>
 
@@ -15,21 +15,22 @@ namespace {
 constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
 
-// The two passes of engine/select.cuh: the count, then the scatter, only when values or
-// positions are wanted.
+// The passes of engine/select.cuh: the count and the block slots (unless `counted`: the plan
+// already holds them for this mask), then the scatter, only when values or positions are wanted.
 template <class Word>
-void launch_select(const host::CompactCall& c, const LaunchContext& ctx) {
+void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, const LaunchContext& ctx) {
   using K = SelectScatter<Word>;
   SelectCall<Word> call{host::typed_arrays<Word>(c)};
   call.n = c.geometry.len;
-  const int64_t blocks = SelectPlan::count_blocks(call.n);
-  TORCH_CHECK(blocks <= 0x7fffffff, "mask: too many elements (", call.n, ")");
-  auto* memory = static_cast<unsigned char*>(ctx.workspace->allocate(SelectPlan::bytes(call.n)));
-  const SelectPlan plan = SelectPlan::at(memory, call.n);
-  C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, SelectPlan::state_bytes(call.n), ctx.stream));
-  select_count_kernel<<<static_cast<unsigned>(blocks), 32 * kCountWarps, 0, ctx.stream>>>(call.mask, call.n, plan,
-                                                                                        call.count);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const SelectPlan plan = SelectPlan::at(static_cast<unsigned char*>(plan_memory), call.n);
+  if (!counted) {
+    const int64_t blocks = SelectPlan::count_blocks(call.n);
+    TORCH_CHECK(blocks <= 0x7fffffff, "mask: too many elements (", call.n, ")");
+    select_count_kernel<<<static_cast<unsigned>(blocks), 32 * kCountWarps, 0, ctx.stream>>>(call.mask, call.n, plan);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    select_block_slots_kernel<<<1, kSlotsThreads, 0, ctx.stream>>>(blocks, plan, call.count);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   if (call.values == nullptr && call.indices == nullptr) return;  // the count alone
   // The policy's blocks per SM need more shared memory than the default carveout gives.
   static const bool carveout_set = [] {
@@ -64,8 +65,12 @@ void launch_fill_tail(void* slots, int64_t capacity, const int64_t* count, const
 
 }  // namespace
 
-void compact_scatter(const host::CompactCall& c, const LaunchContext& ctx) {
-  host::with_compact_word(c.element_bytes, [&](auto tag) { launch_select<typename decltype(tag)::type>(c, ctx); });
+int64_t select_plan_bytes(int64_t n) { return SelectPlan::bytes(n); }
+
+void compact_select(const host::CompactCall& c, void* plan, bool counted, const LaunchContext& ctx) {
+  host::with_compact_word(c.element_bytes, [&](auto tag) {
+    launch_select<typename decltype(tag)::type>(c, plan, counted, ctx);
+  });
 }
 
 void fill_tail(void* slots, int64_t element_bytes, int64_t capacity, const int64_t* count, const FillBits& bits,

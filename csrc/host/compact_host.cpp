@@ -75,11 +75,11 @@ at::Tensor no_indices(const at::Tensor& like) { return at::empty({0}, like.optio
 // The number of true entries of a bool tensor, read back to the host (the exact-size forms'
 // sync): the device's compaction with no slots reads only the mask. (With `count_nonzero`,
 // the count took 1.3 of the exact form's 2.2 ms at 2^28 elements on an H200.)
-int64_t count_true(const at::Tensor& mask, CompactRunner run) {
-  if (mask.numel() == 0) return 0;
-  const auto c = prepare_compact(at::Tensor(), mask.reshape({-1}), 0, 0, /*want_indices=*/false);
+CountedMask count_true(const at::Tensor& mask_flat, CompactRunner run) {
+  if (mask_flat.numel() == 0) return {};
+  auto c = prepare_compact(at::Tensor(), mask_flat, 0, 0, /*want_indices=*/false);
   run(c);
-  return c.count.item<int64_t>();
+  return {c.count.item<int64_t>(), c.plan};
 }
 
 bool compactable_element_size(int64_t bytes) {
@@ -101,8 +101,9 @@ PreparedCompact prepare_compact(const at::Tensor& source, const at::Tensor& mask
     c.fill = fill_bits(fill_value, source.scalar_type());
   }
   if (want_indices) c.indices = at::empty({capacity}, index_options);
-  c.count = at::zeros({}, index_options);
   c.launch = c.mask.numel() > 0;
+  // A launched compaction always writes the count.
+  c.count = c.launch ? at::empty({}, index_options) : at::zeros({}, index_options);
   auto& call = c.call;
   // One row, scanned exclusively: each position receives the number of kept positions before it.
   call.geometry = make_geometry(1, c.mask.numel(), at::Tensor(), /*exclusive=*/true, /*reverse=*/false);
@@ -126,13 +127,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_capacity(const at::Tensor
   check_mask(mask, x);
   check_capacity(capacity);
   if (selects_elements(x, mask, dim)) {
-    const auto c = prepare_compact(x.reshape({-1}), mask.reshape({-1}), capacity, fill_value, return_indices);
+    auto c = prepare_compact(x.reshape({-1}), mask.reshape({-1}), capacity, fill_value, return_indices);
     run(c);
     return {c.values, c.count, return_indices ? c.indices : no_indices(x)};
   }
   // Slices: the positions of the kept slices, then a gather of whole slices.
   const int64_t d = wrap_dim(x, dim);
-  const auto c = prepare_compact(at::Tensor(), mask, capacity, fill_value, /*want_indices=*/true);
+  auto c = prepare_compact(at::Tensor(), mask, capacity, fill_value, /*want_indices=*/true);
   run(c);
   at::Tensor values = gather_slices(x, d, c.indices, fill_value, /*may_have_tail=*/true);
   return {values, c.count, return_indices ? c.indices : no_indices(x)};
@@ -142,18 +143,18 @@ std::tuple<at::Tensor, at::Tensor> compact_exact(const at::Tensor& x, const at::
                                                  bool return_indices, CompactRunner run) {
   check_mask(mask, x);
   const bool elements = selects_elements(x, mask, dim);
+  const int64_t d = elements ? 0 : wrap_dim(x, dim);
   // Flattened once: a strided mask is copied once for both passes.
   const at::Tensor mask_flat = mask.reshape({-1}).contiguous();
-  // The exact form syncs (as x[mask] does): the output's size is the count.
-  const int64_t count = count_true(mask_flat, run);
-  if (elements) {
-    const auto c = prepare_compact(x.reshape({-1}), mask_flat, count, 0, return_indices);
-    run(c);
-    return {c.values, return_indices ? c.indices : no_indices(x)};
-  }
-  const int64_t d = wrap_dim(x, dim);
-  const auto c = prepare_compact(at::Tensor(), mask_flat, count, 0, /*want_indices=*/true);
+  // The exact form syncs (as x[mask] does): the output's size is the count. The second call
+  // reuses the first's plan of the mask and has no slots past the count to fill.
+  const CountedMask counted = count_true(mask_flat, run);
+  auto c = prepare_compact(elements ? x.reshape({-1}) : at::Tensor(), mask_flat, counted.count, 0,
+                           return_indices || !elements);
+  c.plan = counted.plan;
+  c.fill_past_count = false;
   run(c);
+  if (elements) return {c.values, return_indices ? c.indices : no_indices(x)};
   at::Tensor values = gather_slices(x, d, c.indices, 0, /*may_have_tail=*/false);
   return {values, return_indices ? c.indices : no_indices(x)};
 }
@@ -282,8 +283,11 @@ at::Tensor offsets_from_flags(const at::Tensor& flags, std::optional<int64_t> ca
   at::Tensor starts = flags.clone();
   if (total > 0) starts.narrow(0, 0, 1).fill_(true);
   // The exact form syncs: the number of sequences is the output's size.
-  const int64_t slots = capacity.has_value() ? *capacity : count_true(starts, run);
-  const auto c = prepare_compact(at::Tensor(), starts, slots, 0, /*want_indices=*/true);
+  CountedMask counted;
+  if (!capacity.has_value()) counted = count_true(starts, run);
+  auto c = prepare_compact(at::Tensor(), starts, capacity.value_or(counted.count), 0, /*want_indices=*/true);
+  c.plan = counted.plan;
+  c.fill_past_count = capacity.has_value();
   run(c);
   // Slots past the number of sequences (-1) become `total`: trailing empty sequences.
   const at::Tensor bounded = at::where(c.indices >= 0, c.indices, total);

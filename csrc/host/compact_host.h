@@ -26,20 +26,30 @@ struct PreparedCompact {
   at::Tensor source;   // 1-D contiguous, or undefined when only positions are wanted
   at::Tensor values;   // (capacity,) of source's dtype; undefined without source
   at::Tensor indices;  // (capacity,) int64; undefined when not wanted
-  at::Tensor count;    // 0-d int64, zeroed here (an empty mask launches nothing)
+  at::Tensor count;    // 0-d int64 (zeroed when the mask is empty: nothing is launched)
   FillBits fill;       // fill_value's bits in the values' dtype
   bool launch = false;  // false for an empty mask
+  bool fill_past_count = true;  // false when the capacity is known to be the count (exact forms)
   CompactCall call;     // set when `launch`
+  // The device's count of this mask, where it keeps one (CUDA: the select's plan of keep bits
+  // and first slots), set by the runner; a call on the same mask given an earlier call's plan
+  // does not count again (the exact forms: count, read the count back, scatter).
+  at::Tensor plan;
 };
 
 // The device part: the engine's scan-and-scatter, then the fill of the slots past the count.
-using CompactRunner = void (*)(const PreparedCompact&);
+using CompactRunner = void (*)(PreparedCompact&);
 
 // The element types the compaction copies (by size): 1, 2, 4, 8 or 16 bytes.
 bool compactable_element_size(int64_t bytes);
 
-// The number of true entries of a bool tensor, read back to the host.
-int64_t count_true(const at::Tensor& mask, CompactRunner run);
+// The number of true entries of a 1-D contiguous bool tensor, read back to the host, and the
+// runner's plan of the mask (PreparedCompact::plan) for a later call on it.
+struct CountedMask {
+  int64_t count = 0;
+  at::Tensor plan;
+};
+CountedMask count_true(const at::Tensor& mask_flat, CompactRunner run);
 
 PreparedCompact prepare_compact(const at::Tensor& source, const at::Tensor& mask_flat, int64_t capacity,
                                 const at::Scalar& fill_value, bool want_indices);

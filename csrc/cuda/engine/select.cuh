@@ -1,22 +1,24 @@
 // The select: stream compaction of flagged elements (the seed's predicate -> scan -> scatter),
-// in two passes on the engine's scan pieces:
+// in three passes on the engine's scan pieces, none of which waits for another block:
 //
 //  1. count (reads the mask): a warp turns 4096 mask bytes into 4096 keep bits (16-byte loads)
-//     and counts them per group of 1024 positions; a block of 8 warps scans its 32 group counts
-//     and looks back over the earlier blocks' counts (lookback.cuh: status and count in one
-//     word) for each group's first output slot. The last block writes the count.
-//  2. scatter (reads the keep bits and the elements): a block takes a tile, kItems positions
+//     and counts them per group of 1024 positions; a block of 8 warps scans its 32 group counts:
+//     each group's offset within the block, and the block's total.
+//  2. block slots: one block scans the count blocks' totals (8192 a round; 2^28 positions are
+//     one round): each count block's first output slot, and the count.
+//  3. scatter (reads the keep bits and the elements): a block takes a tile, kItems positions
 //     per thread; each thread reads its keep bits and its elements in wide loads, the block
 //     scans the threads' counts (BlockScan): each kept element has its slot within the tile.
 //     The kept elements are staged in shared memory at their tile slots; after one barrier
-//     the block stores them to consecutive output slots from the tile's first: coalesced,
-//     whatever the mask.
+//     the block stores them to consecutive output slots from the tile's first (its count
+//     block's slot plus its group's offset): coalesced, whatever the mask.
 //
-// The scatter's blocks wait for nothing but their own loads. A single pass with the look-back
-// in the scattering blocks (CUB's design) made every block wait for its predecessors' counts
-// with its tile held: on an H200 (2^28 float32, half kept, capacity n/2 + n/64) it took
-// 0.795 ms, these two passes 0.617 (benchmarks/NOTES.md). The keep bits cost the count pass
-// n/8 bytes of writes and save the scatter n - n/8 bytes of mask reads.
+// Two designs that made blocks wait were slower (benchmarks/NOTES.md, H200, 2^28 float32, half
+// kept): one pass with CUB's decoupled look-back in the scattering blocks (a block waited for
+// its predecessors' counts with its tile held: 0.795 ms), and a count pass that joined its
+// blocks' counts by a look-back (each of 8192 blocks walked back over the wave resident with
+// it: the count took 117 us, against 61 us without). The keep bits cost the count pass n/8
+// bytes of writes and save the scatter n - n/8 bytes of mask reads.
 // Counts are integers, so the result does not depend on any order: the select is
 // deterministic.
 #pragma once
@@ -26,7 +28,6 @@
 #include "../../core/compact_problems.h"
 #include "../../core/vector_io.h"
 #include "block.cuh"
-#include "lookback.cuh"
 #include "policy.cuh"
 
 namespace parprims::cuda {
@@ -38,22 +39,28 @@ struct SelectCall : CompactArrays<Word> {
 };
 
 // The count pass's tiles: a warp takes kCountTile positions, a block kCountWarps of them; the
-// first output slots are kept per group of kSlotGroup positions, the smallest scatter tile
-// (1024 x 16-byte elements), so that one plan serves the scatter of every element size.
+// offsets are kept per group of kSlotGroup positions, the smallest scatter tile (1024 x
+// 16-byte elements), so that one plan serves the scatter of every element size.
 constexpr int kCountTile = 4096;
 constexpr int kCountWarps = 8;
 constexpr int kSlotGroup = 1024;
 constexpr int kGroupsPerCountTile = kCountTile / kSlotGroup;
-static_assert(kCountWarps * kGroupsPerCountTile == 32, "a count block's groups are one per lane of a warp");
+constexpr int kGroupsPerCountBlock = kCountWarps * kGroupsPerCountTile;
+static_assert(kGroupsPerCountBlock == 32, "a count block's groups are one per lane of a warp");
+// The block-slots pass: one block of kSlotsThreads threads, kSlotsItems count blocks each a round.
+constexpr int kSlotsThreads = 1024;
+constexpr int kSlotsItems = 8;
 
-// What the count pass leaves for the scatter (workspace of one call):
-//   keep_bits[e]    bit k: position 16 e + k is kept (0 past n)
-//   first_slots[g]  kept positions before position g * kSlotGroup
-//   state           the count blocks' look-back words (zeroed before the count pass)
+// What the count passes leave for the scatter (a plan of one mask, reusable by any number of
+// scatters of that mask):
+//   keep_bits[e]      bit k: position 16 e + k is kept (0 past n)
+//   group_offsets[g]  kept positions of group g's count block before the group
+//   block_slots[b]    count block b's total (pass 1), then its first output slot (pass 2);
+//                     block_slots[count_blocks] is the count
 struct SelectPlan {
+  int64_t* block_slots = nullptr;
+  int32_t* group_offsets = nullptr;
   uint16_t* keep_bits = nullptr;
-  int64_t* first_slots = nullptr;
-  CountTileState state;
 
   __host__ __device__ static int64_t bits_entries(int64_t n) { return (n + 15) / 16; }
   __host__ __device__ static int64_t groups(int64_t n) { return (n + kSlotGroup - 1) / kSlotGroup; }
@@ -61,19 +68,23 @@ struct SelectPlan {
     return (n + int64_t{kCountTile} * kCountWarps - 1) / (int64_t{kCountTile} * kCountWarps);
   }
   // Byte sizes of the three arrays, each a multiple of 16 bytes, in this order.
-  static int64_t state_bytes(int64_t n) {
-    return (static_cast<int64_t>(CountTileState::bytes(count_blocks(n))) + 15) / 16 * 16;
-  }
-  static int64_t slots_bytes(int64_t n) { return (groups(n) * 8 + 15) / 16 * 16; }
+  static int64_t slots_bytes(int64_t n) { return ((count_blocks(n) + 1) * 8 + 15) / 16 * 16; }
+  static int64_t offsets_bytes(int64_t n) { return (groups(n) * 4 + 15) / 16 * 16; }
   static int64_t bits_bytes(int64_t n) { return (bits_entries(n) * 2 + 15) / 16 * 16; }
-  static int64_t bytes(int64_t n) { return state_bytes(n) + slots_bytes(n) + bits_bytes(n); }
+  static int64_t bytes(int64_t n) { return slots_bytes(n) + offsets_bytes(n) + bits_bytes(n); }
   static SelectPlan at(unsigned char* base, int64_t n) {
     SelectPlan p;
-    p.state = CountTileState::at(base);
-    p.first_slots = reinterpret_cast<int64_t*>(base + state_bytes(n));
-    p.keep_bits = reinterpret_cast<uint16_t*>(base + state_bytes(n) + slots_bytes(n));
+    p.block_slots = reinterpret_cast<int64_t*>(base);
+    p.group_offsets = reinterpret_cast<int32_t*>(base + slots_bytes(n));
+    p.keep_bits = reinterpret_cast<uint16_t*>(base + slots_bytes(n) + offsets_bytes(n));
     return p;
   }
+
+  // After pass 2: the kept positions before position g * kSlotGroup, and in all.
+  __device__ __forceinline__ int64_t first_slot(int64_t group) const {
+    return block_slots[group / kGroupsPerCountBlock] + group_offsets[group];
+  }
+  __device__ __forceinline__ int64_t count(int64_t n) const { return block_slots[count_blocks(n)]; }
 };
 
 // 1 in the low bit of every byte of `w` that is not zero.
@@ -103,22 +114,16 @@ __device__ __forceinline__ uint32_t load_keep_16(const bool* mask, int64_t first
   return keep;
 }
 
-// The count pass. Count block b (its id claimed in start order, for the look-back) takes
-// kCountWarps tiles of kCountTile positions from b * kCountWarps * kCountTile; lane L of a
-// warp reads the 16 positions at 16 (32 i + L) of its tile for i = 0..7 (a warp's load is 512
-// consecutive bytes), writes their keep bits, and the warp sums the counts of the tile's
-// kSlotGroup-position groups. Warp 0 scans the block's 32 group counts, looks back over the
-// earlier blocks' counts (status and count in one word) and writes each group's first slot;
-// the last block writes the count.
-__global__ void __launch_bounds__(32 * kCountWarps) select_count_kernel(const bool* mask, int64_t n, SelectPlan plan,
-                                                                        int64_t* count) {
+// The count pass (1). Count block b takes kCountWarps tiles of kCountTile positions from
+// b * kCountWarps * kCountTile; lane L of a warp reads the 16 positions at 16 (32 i + L) of its
+// tile for i = 0..7 (a warp's load is 512 consecutive bytes), writes their keep bits, and the
+// warp sums the counts of the tile's kSlotGroup-position groups. Warp 0 scans the block's 32
+// group counts: the groups' offsets within the block, and the block's total.
+__global__ void __launch_bounds__(32 * kCountWarps) select_count_kernel(const bool* mask, int64_t n, SelectPlan plan) {
   constexpr int kLoads = kCountTile / 512;
   constexpr int kLoadsPerGroup = kLoads / kGroupsPerCountTile;
-  __shared__ unsigned long long block_id;
-  __shared__ int group_counts[32];
-  if (threadIdx.x == 0) block_id = plan.state.claim_tile();
-  __syncthreads();
-  const int64_t block = static_cast<int64_t>(block_id);
+  __shared__ int group_counts[kGroupsPerCountBlock];
+  const int64_t block = blockIdx.x;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t base = (block * kCountWarps + warp) * kCountTile;
@@ -145,20 +150,46 @@ __global__ void __launch_bounds__(32 * kCountWarps) select_count_kernel(const bo
 
   const int group_count = group_counts[lane];
   const int inclusive = warp_inclusive_scan<Add<int>>(group_count);
-  const auto block_total = static_cast<unsigned long long>(shfl_idx(inclusive, 31));
-  if (lane == 0) plan.state.publish(block, block_total, block == 0 ? kPrefix : kAggregate);
-  unsigned long long prefix = 0;
-  if (block > 0) {
-    prefix = look_back_counts(plan.state, block);
-    if (lane == 0) plan.state.publish(block, prefix + block_total, kPrefix);
-  }
-  const int64_t group = block * 32 + lane;
-  if (group < SelectPlan::groups(n)) plan.first_slots[group] = static_cast<int64_t>(prefix) + inclusive - group_count;
-  if (lane == 0 && block == SelectPlan::count_blocks(n) - 1) *count = static_cast<int64_t>(prefix + block_total);
+  const int64_t group = block * kGroupsPerCountBlock + lane;
+  if (group < SelectPlan::groups(n)) plan.group_offsets[group] = inclusive - group_count;
+  if (lane == 31) plan.block_slots[block] = inclusive;
 }
 
-// The scatter pass: block b takes tile b (kThreads x kItems positions), with the keep bits and
-// the first output slot the count pass wrote.
+// The block-slots pass (2), one block: block_slots[b] becomes the exclusive prefix of the
+// count blocks' totals, block_slots[blocks] and *count the sum. Each thread takes kSlotsItems
+// consecutive totals a round; the rounds carry their sums.
+__global__ void __launch_bounds__(kSlotsThreads) select_block_slots_kernel(int64_t blocks, SelectPlan plan,
+                                                                          int64_t* count) {
+  using Scan = BlockScan<Add<int64_t>, kSlotsThreads>;
+  __shared__ typename Scan::Storage storage;
+  int64_t carry = 0;
+  for (int64_t round = 0; round < blocks; round += int64_t{kSlotsThreads} * kSlotsItems) {
+    const int64_t first = round + static_cast<int64_t>(threadIdx.x) * kSlotsItems;
+    int64_t totals[kSlotsItems];
+    int64_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kSlotsItems; ++k) {
+      totals[k] = first + k < blocks ? plan.block_slots[first + k] : 0;
+      sum += totals[k];
+    }
+    int64_t round_total;
+    int64_t slot = carry + Scan::exclusive(storage, sum, round_total);
+#pragma unroll
+    for (int k = 0; k < kSlotsItems; ++k) {
+      if (first + k < blocks) plan.block_slots[first + k] = slot;
+      slot += totals[k];
+    }
+    carry += round_total;
+    __syncthreads();  // the next round's scan writes the storage this one read
+  }
+  if (threadIdx.x == 0) {
+    plan.block_slots[blocks] = carry;
+    *count = carry;
+  }
+}
+
+// The scatter pass (3): block b takes tile b (kThreads x kItems positions), with the plan's keep
+// bits and first output slot.
 template <class Word>
 struct SelectScatter {
   using Policy = SelectPolicy<Word>;
@@ -215,7 +246,7 @@ struct SelectScatter {
     __shared__ SharedStorage smem;
     const int64_t tile = blockIdx.x;
     const int64_t base = tile * kTile;
-    const int64_t first_slot = plan.first_slots[tile * (kTile / kSlotGroup)];
+    const int64_t first_slot = plan.first_slot(tile * (kTile / kSlotGroup));
     if (first_slot >= c.capacity) return;  // the whole block: nothing of this tile is stored
 
     const int local = static_cast<int>(threadIdx.x) * kItems;
