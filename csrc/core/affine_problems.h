@@ -20,6 +20,7 @@ struct ThreeCursor {
 template <class In, class C, class State = C>
 struct AffineProblem : ProblemBase<Affine<C>> {
   using Value = typename Affine<C>::value_type;
+  static constexpr int kInputBytes = static_cast<int>(sizeof(In));
   using Cursor = ThreeCursor;
   const In* a = nullptr;
   const In* b = nullptr;

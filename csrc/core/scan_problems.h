@@ -25,8 +25,8 @@ template <class M>
 struct ProblemBase {
   using Monoid = M;
   using Value = typename M::value_type;
-  // Bytes of one input element where a problem reads one array of them, 0 where it reads
-  // more (kernel policies size their tiles by it).
+  // Bytes of one element of each array a problem reads, where its arrays share one element
+  // type; 0 otherwise (kernel policies size their tiles by it).
   static constexpr int kInputBytes = 0;
   // A reduction: nothing is written per element, only each segment's total (store_final).
   static constexpr bool kReductionOnly = false;
