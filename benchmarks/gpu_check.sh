@@ -20,7 +20,8 @@
 # Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
 # timeout and what is left of the total (each benchmark script gets an equal share of what
 # remains and stops starting cases 20 s before its limit; results are saved after every case).
-# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), SANITIZER_TIMEOUT (per tool, 150), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
+# Knobs: BUILD_TIMEOUT (s, default 360), TEST_TIMEOUT (240), SANITIZER_TIMEOUT (per tool, 150),
+# SANITIZER_ARGS (e.g. "--only compaction,scans"), TEST_WORKERS (8, with pytest-xdist), BENCH_TIMEOUT (per script, 240),
 # MODELS_TIMEOUT (150), BENCH_ARGS (extra args for every bench script, e.g. "--quick" or "--only 'scan:add'"),
 # PYTEST_ARGS (extra pytest args, e.g. "-x -k scan"), SELFTEST (0), SUMMARY_WIDTH (125).
 # The build stays in place between calls while the machine is warm, so a later call can run
@@ -139,7 +140,7 @@ if has_stage sanitizer; then
   for tool in memcheck racecheck; do
     ts=$(date +%s)
     timeout "$(limit "${SANITIZER_TIMEOUT:-150}")" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      python3 benchmarks/sanitizer_cases.py >>"$OUT/sanitizer.log" 2>&1
+      python3 benchmarks/sanitizer_cases.py ${SANITIZER_ARGS:-} >>"$OUT/sanitizer.log" 2>&1
     rc=$?
     SANITIZER_STATUS="$SANITIZER_STATUS $tool rc=$rc ($(($(date +%s) - ts)) s);"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log" | tail -1

@@ -101,19 +101,30 @@ def selective(dev, b, d, L, n, dtype, lengths=None, const=False):
     (out.float().square().sum() + last.sum()).backward()
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
-    dev = p.parse_args().device
-    torch.manual_seed(0)
-    scans(dev)
-    compaction(dev)
-    reductions(dev)
+def selectives(dev):
     selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0))
     selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
     selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))
     selective(dev, 1, 8, 1536, 80, torch.float32)  # two state tiles
     selective(dev, 2, 20, 1090, 16, torch.float32)  # N = 16, two steps an item, a partial block of channels
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--only", default="scans,compaction,reductions,selective",
+                   help="comma-separated kernel families to run (default: all)")
+    args = p.parse_args()
+    dev, only = args.device, set(args.only.split(","))
+    torch.manual_seed(0)
+    if "scans" in only:
+        scans(dev)
+    if "compaction" in only:
+        compaction(dev)
+    if "reductions" in only:
+        reductions(dev)
+    if "selective" in only:
+        selectives(dev)
     if dev == "cuda":
         torch.cuda.synchronize()
     print("sanitizer cases: every call completed")
