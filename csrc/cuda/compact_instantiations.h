@@ -11,10 +11,12 @@ namespace parprims::cuda {
 // first output slots), device memory aligned to 16 bytes.
 int64_t select_plan_bytes(int64_t n);
 
-// The select (engine/select.cuh): the kept elements (and positions) in order, and the count;
-// slots past the count are left to fill_tail. `plan` is select_plan_bytes(n) of device memory;
-// `counted`: it already holds the plan of this mask (an earlier call's), so only the scatter runs.
-void compact_select(const host::CompactCall& c, void* plan, bool counted, const LaunchContext& ctx);
+// The select (engine/select.cuh): the kept elements (and positions) in order, and the count.
+// `plan` is select_plan_bytes(n) of device memory; `counted`: it already holds the plan of this
+// mask (an earlier call's), so only the scatter runs. `fill`: the scatter also fills the slots
+// past the count (values with its bits, indices with -1); nullptr leaves them as they are.
+void compact_select(const host::CompactCall& c, void* plan, bool counted, const FillBits* fill,
+                    const LaunchContext& ctx);
 
 // slots[i] = the `element_bytes`-byte pattern `bits` for i in [*count, capacity): the count is
 // only known on the device, so nothing is read back.

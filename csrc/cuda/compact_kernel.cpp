@@ -17,13 +17,16 @@ namespace parprims::cuda {
 namespace {
 
 // The select's plan (keep bits, first slots) is kept in `c.plan` for a later call on the mask.
+// When the select runs, its scatter fills the slots past the count; an empty mask launches
+// nothing, and its slots are filled here.
 void run_compact(host::PreparedCompact& c) {
   const LaunchScope scope(c.count);
   const auto& ctx = scope.context();
   if (c.launch) {
     const bool counted = c.plan.defined();
     if (!counted) c.plan = at::empty({select_plan_bytes(c.call.geometry.len)}, c.mask.options().dtype(at::kByte));
-    compact_select(c.call, c.plan.data_ptr(), counted, ctx);
+    compact_select(c.call, c.plan.data_ptr(), counted, c.fill_past_count ? &c.fill : nullptr, ctx);
+    return;
   }
   if (!c.fill_past_count) return;
   if (c.values.defined()) {

@@ -16,12 +16,18 @@ constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
 
 // The passes of engine/select.cuh: the count and the block slots (unless `counted`: the plan
-// already holds them for this mask), then the scatter, only when values or positions are wanted.
+// already holds them for this mask), then the scatter, only when values or positions are wanted,
+// which also fills the slots past the count when `fill` is given.
 template <class Word>
-void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, const LaunchContext& ctx) {
+void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, const FillBits* fill,
+                   const LaunchContext& ctx) {
   using K = SelectScatter<Word>;
   SelectCall<Word> call{host::typed_arrays<Word>(c)};
   call.n = c.geometry.len;
+  if (fill != nullptr) {
+    call.fill_past_count = true;
+    std::memcpy(&call.fill, fill->bytes, sizeof(Word));
+  }
   const SelectPlan plan = SelectPlan::at(static_cast<unsigned char*>(plan_memory), call.n);
   if (!counted) {
     const int64_t blocks = SelectPlan::count_blocks(call.n);
@@ -39,8 +45,12 @@ void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, 
     return true;
   }();
   (void)carveout_set;
+  // Enough blocks for the tiles, and for a fill of up to `capacity` slots at a tile's worth each.
   const int64_t tiles = (call.n + K::kTile - 1) / K::kTile;
-  select_scatter_kernel<Word><<<static_cast<unsigned>(tiles), K::kThreads, 0, ctx.stream>>>(call, plan);
+  const int64_t fill_blocks = fill != nullptr ? (call.capacity + K::kTile - 1) / K::kTile : 0;
+  const int64_t blocks = std::max(tiles, fill_blocks);
+  TORCH_CHECK(blocks <= 0x7fffffff, "compact: too many elements (", call.n, ") or slots (", call.capacity, ")");
+  select_scatter_kernel<Word><<<static_cast<unsigned>(blocks), K::kThreads, 0, ctx.stream>>>(call, plan);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -67,9 +77,10 @@ void launch_fill_tail(void* slots, int64_t capacity, const int64_t* count, const
 
 int64_t select_plan_bytes(int64_t n) { return SelectPlan::bytes(n); }
 
-void compact_select(const host::CompactCall& c, void* plan, bool counted, const LaunchContext& ctx) {
+void compact_select(const host::CompactCall& c, void* plan, bool counted, const FillBits* fill,
+                    const LaunchContext& ctx) {
   host::with_compact_word(c.element_bytes, [&](auto tag) {
-    launch_select<typename decltype(tag)::type>(c, plan, counted, ctx);
+    launch_select<typename decltype(tag)::type>(c, plan, counted, fill, ctx);
   });
 }
 

@@ -6,14 +6,14 @@
 //     each group's offset within the block, and the block's total.
 //  2. block slots: one block scans the count blocks' totals (8192 a round; 2^28 positions are
 //     one round): each count block's first output slot, and the count.
-//  3. scatter (reads the keep bits and the elements): a block takes a tile, kItems positions
-//     per thread; each thread reads its keep bits and its elements in wide loads, the block
-//     scans the threads' counts (BlockScan): each kept element has its slot within the tile.
-//     The kept elements are staged in shared memory at their tile slots; after one barrier
-//     the block stores them to consecutive output slots from the tile's first (its count
-//     block's slot plus its group's offset): coalesced, whatever the mask.
+//  3. scatter (reads the keep bits and the elements): a warp takes 32 x kItems positions, each
+//     lane reads its keep bits and its elements in wide loads, the lanes scan their counts
+//     (shuffles), stage their kept elements in shared memory at their warp slots, and the warp
+//     stores them to consecutive output slots from its first (its slot group's first slot plus
+//     the group's kept positions before the warp): coalesced, whatever the mask, and no warp
+//     waits for another. The same pass fills the slots past the count, where asked.
 //
-// Two designs that made blocks wait were slower (benchmarks/NOTES.md, H200, 2^28 float32, half
+// Designs that made blocks wait were slower (benchmarks/NOTES.md, H200, 2^28 float32, half
 // kept): one pass with CUB's decoupled look-back in the scattering blocks (a block waited for
 // its predecessors' counts with its tile held: 0.795 ms), and a count pass that joined its
 // blocks' counts by a look-back (each of 8192 blocks walked back over the wave resident with
@@ -33,9 +33,13 @@
 namespace parprims::cuda {
 
 // One flat compaction of a mask of n bytes (core/compact_problems.h).
+// `fill_past_count`: the scatter also fills the slots past the count (values with `fill`,
+// indices with -1).
 template <class Word>
 struct SelectCall : CompactArrays<Word> {
   int64_t n = 0;
+  bool fill_past_count = false;
+  Word fill{};
 };
 
 // The count pass's tiles: a warp takes kCountTile positions, a block kCountWarps of them; the
@@ -188,26 +192,36 @@ __global__ void __launch_bounds__(kSlotsThreads) select_block_slots_kernel(int64
   }
 }
 
-// The scatter pass (3): block b takes tile b (kThreads x kItems positions), with the plan's keep
-// bits and first output slot.
+// The scatter pass (3): each warp takes a warp tile of kWarpTile positions (kItems a lane) and
+// works alone, with no block barrier: a warp's kept elements go to consecutive output slots
+// from its first, which is its slot group's first slot (the plan) plus the group's kept
+// positions before the warp (popcounts of the keep bits there). The lanes scan their counts
+// (warp shuffles), stage their kept elements in the warp's part of shared memory at their
+// slots, and after a warp barrier the warp stores them in order: coalesced, whatever the mask.
+// A warp that waits for its loads holds back no other warp (a block barrier made every warp of
+// a block wait for the slowest's loads). Then each warp writes its share of the slots past the
+// count (the capacity form's fill), so that no fourth kernel is needed.
 template <class Word>
 struct SelectScatter {
   using Policy = SelectPolicy<Word>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
-  static constexpr int kTile = Policy::kTile;
-  static_assert(16 % kItems == 0 && kItems <= 16, "a thread's keep bits lie in one 16-bit entry");
-  static_assert(kTile % kSlotGroup == 0, "a tile starts a slot group");
-  static_assert(kTile <= 65536, "tile positions are staged as 16 bits");
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kWarpTile = 32 * kItems;
+  static constexpr int kTile = kWarps * kWarpTile;  // a block's positions
+  static_assert(16 % kItems == 0 && kItems <= 16, "a lane's keep bits lie in one 16-bit entry");
+  static_assert(kSlotGroup % kWarpTile == 0, "a warp tile lies in one slot group");
+  static_assert(kWarpTile <= 65536, "warp tile positions are staged as 16 bits");
 
   struct SharedStorage {
-    typename BlockScan<Add<int>, kThreads>::Storage scan;
-    Word values[kTile];         // the tile's kept elements, at their tile slots
-    uint16_t positions[kTile];  // their positions in the tile (only when indices are wanted)
+    // A warp's kept elements at their warp slots, and their positions in the warp tile (only
+    // when indices are wanted); the last entry is a spare that dropped items are written to.
+    Word values[kWarps][kWarpTile + 1];
+    uint16_t positions[kWarps][kWarpTile + 1];
   };
 
-  // The thread's elements: wide loads of the whole run when it is inside the mask and aligned
-  // (issued before the scan, so they are in flight during it), else only the kept ones.
+  // The lane's elements: wide loads of the whole run when it is inside the mask and aligned,
+  // else only the kept ones.
   static __device__ __forceinline__ void load_words(const Word* source, int64_t first, int64_t n, uint32_t keep,
                                                     Word (&words)[kItems]) {
     if (first + kItems <= n && load_wide<kItems>(source + first, words)) return;
@@ -217,49 +231,102 @@ struct SelectScatter {
     }
   }
 
-  // Stages the thread's kept elements (and their tile positions) at their tile slots.
-  static __device__ __forceinline__ void stage(SharedStorage& smem, const SelectCall<Word>& c, int local,
-                                               uint32_t keep, const Word (&words)[kItems], int slot) {
+  // The kept positions of the warp tile's slot group before the warp tile.
+  static __device__ __forceinline__ int kept_before_in_group(const SelectPlan& plan, int64_t warp_base) {
+    constexpr int kRounds = (kSlotGroup / 16 + 31) / 32;  // the group's entries, 32 a round
+    const int64_t group_entry = warp_base / kSlotGroup * (kSlotGroup / 16);
+    const int before = static_cast<int>(warp_base / 16 - group_entry);  // entries before the warp tile
+    int kept = 0;
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if ((keep >> k) & 1u) {
-        if (c.values != nullptr) smem.values[slot] = words[k];
-        if (c.indices != nullptr) smem.positions[slot] = static_cast<uint16_t>(local + k);
-        ++slot;
+    for (int r = 0; r < kRounds; ++r) {
+      const int e = 32 * r + static_cast<int>(threadIdx.x & 31);
+      if (e < before) kept += __popc(plan.keep_bits[group_entry + e]);
+    }
+    return __reduce_add_sync(kFullMask, kept);
+  }
+
+  // Stages the lane's kept elements (and their warp-tile positions) at their warp slots.
+  static __device__ __forceinline__ void stage(SharedStorage& smem, const SelectCall<Word>& c, int warp, int local,
+                                               uint32_t keep, const Word (&words)[kItems], int slot) {
+    // Branch-free: every item is stored, a dropped one to the spare slot at kWarpTile (a store
+    // under `if (kept)` made the compiler recompute the shared address inside each condition).
+    if (c.values != nullptr) {
+      Word* staged = smem.values[warp];
+      int s = slot;
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int kept = (keep >> k) & 1u;
+        staged[kept ? s : kWarpTile] = words[k];
+        s += kept;
+      }
+    }
+    if (c.indices != nullptr) {
+      uint16_t* staged = smem.positions[warp];
+      int s = slot;
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int kept = (keep >> k) & 1u;
+        staged[kept ? s : kWarpTile] = static_cast<uint16_t>(local + k);
+        s += kept;
       }
     }
   }
 
-  // After the barrier: the block stores the staged elements to consecutive output slots from
-  // the tile's first, as many as the capacity leaves room for.
-  static __device__ __forceinline__ void store(const SharedStorage& smem, const SelectCall<Word>& c, int64_t base,
-                                               int64_t first_slot, int tile_count) {
-    const int64_t room = c.capacity - first_slot;  // slots left for this tile
-    const int stored = room <= 0 ? 0 : (room < tile_count ? static_cast<int>(room) : tile_count);
-    for (int i = threadIdx.x; i < stored; i += kThreads) {
-      if (c.values != nullptr) c.values[first_slot + i] = smem.values[i];
-      if (c.indices != nullptr) c.indices[first_slot + i] = base + smem.positions[i];
+  // After the warp barrier: the warp stores its staged elements to consecutive output slots
+  // from its first, as many as the capacity leaves room for.
+  static __device__ __forceinline__ void store(const SharedStorage& smem, const SelectCall<Word>& c, int warp,
+                                               int64_t warp_base, int64_t first_slot, int warp_count) {
+    const int64_t room = c.capacity - first_slot;  // slots left for this warp tile
+    const int stored = room <= 0 ? 0 : (room < warp_count ? static_cast<int>(room) : warp_count);
+    for (int i = threadIdx.x & 31; i < stored; i += 32) {
+      if (c.values != nullptr) c.values[first_slot + i] = smem.values[warp][i];
+      if (c.indices != nullptr) c.indices[first_slot + i] = warp_base + smem.positions[warp][i];
+    }
+  }
+
+  static __device__ __forceinline__ void scatter_warp_tile(SharedStorage& smem, const SelectCall<Word>& c,
+                                                           const SelectPlan& plan, int64_t global_warp) {
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    const int64_t warp_base = global_warp * kWarpTile;
+    if (warp_base >= c.n) return;
+    const int64_t group_slot = plan.first_slot(warp_base / kSlotGroup);
+    if (group_slot >= c.capacity) return;  // nothing of this warp tile is stored
+
+    const int local = static_cast<int>(threadIdx.x & 31) * kItems;
+    const int64_t first = warp_base + local;
+    const uint32_t keep =
+        first < c.n ? (plan.keep_bits[first / 16] >> (first % 16)) & ((1u << kItems) - 1) : 0u;
+    Word words[kItems];
+    if (c.source != nullptr) load_words(c.source, first, c.n, keep, words);
+    const int64_t first_slot = group_slot + kept_before_in_group(plan, warp_base);
+    const int count = __popc(keep);
+    const int inclusive = warp_inclusive_scan<Add<int>>(count);
+    stage(smem, c, warp, local, keep, words, inclusive - count);
+    __syncwarp();
+    store(smem, c, warp, warp_base, first_slot, __shfl_sync(kFullMask, inclusive, 31));
+  }
+
+  // The capacity form's fill: slots [count, capacity) take fill_value (values) and -1
+  // (indices), cut into one contiguous share per warp of the grid.
+  static __device__ __forceinline__ void fill_share(const SelectCall<Word>& c, const SelectPlan& plan,
+                                                    int64_t global_warp) {
+    const int64_t count = plan.count(c.n);
+    if (count >= c.capacity) return;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+    const int64_t share = (c.capacity - count + warps - 1) / warps;
+    const int64_t begin = count + global_warp * share;
+    const int64_t end = begin + share < c.capacity ? begin + share : c.capacity;
+    for (int64_t i = begin + (threadIdx.x & 31); i < end; i += 32) {
+      if (c.values != nullptr) c.values[i] = c.fill;
+      if (c.indices != nullptr) c.indices[i] = -1;
     }
   }
 
   static __device__ void run(const SelectCall<Word>& c, const SelectPlan& plan) {
     __shared__ SharedStorage smem;
-    const int64_t tile = blockIdx.x;
-    const int64_t base = tile * kTile;
-    const int64_t first_slot = plan.first_slot(tile * (kTile / kSlotGroup));
-    if (first_slot >= c.capacity) return;  // the whole block: nothing of this tile is stored
-
-    const int local = static_cast<int>(threadIdx.x) * kItems;
-    const int64_t first = base + local;
-    const uint32_t keep =
-        first < c.n ? (plan.keep_bits[first / 16] >> (first % 16)) & ((1u << kItems) - 1) : 0u;
-    Word words[kItems];
-    if (c.source != nullptr) load_words(c.source, first, c.n, keep, words);
-    int tile_count;
-    const int slot = BlockScan<Add<int>, kThreads>::exclusive(smem.scan, __popc(keep), tile_count);
-    stage(smem, c, local, keep, words, slot);
-    __syncthreads();
-    store(smem, c, base, first_slot, tile_count);
+    const int64_t global_warp = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+    scatter_warp_tile(smem, c, plan, global_warp);
+    if (c.fill_past_count) fill_share(c, plan, global_warp);
   }
 };
 
