@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "../host/compact_dispatch.h"
 #include "compact_instantiations.h"
@@ -14,6 +15,27 @@ namespace {
 
 constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
+
+// Launches `kernel` as a programmatic dependent of the kernel before it in the stream where the
+// device has it (sm_90 and later): it may start while that one finishes, and waits for it
+// (griddepcontrol.wait) where it reads its results. Captured into CUDA graphs as such.
+template <class... Params, class... Args>
+void launch_after(void (*kernel)(Params...), unsigned blocks, unsigned threads, const LaunchContext& ctx,
+                  Args&&... args) {
+  int device = 0, major = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.stream = ctx.stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = major >= 9 ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 // The passes of engine/select.cuh: the count and the block slots (unless `counted`: the plan
 // already holds them for this mask), then the scatter, only when values or positions are wanted,
@@ -34,8 +56,7 @@ void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, 
     TORCH_CHECK(blocks <= 0x7fffffff, "mask: too many elements (", call.n, ")");
     select_count_kernel<<<static_cast<unsigned>(blocks), 32 * kCountWarps, 0, ctx.stream>>>(call.mask, call.n, plan);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    select_block_slots_kernel<<<1, kSlotsThreads, 0, ctx.stream>>>(blocks, plan, call.count);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_after(select_block_slots_kernel, 1, kSlotsThreads, ctx, blocks, plan, call.count);
   }
   if (call.values == nullptr && call.indices == nullptr) return;  // the count alone
   // The policy's blocks per SM need more shared memory than the default carveout gives.
@@ -50,8 +71,7 @@ void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, 
   const int64_t fill_blocks = fill != nullptr ? (call.capacity + K::kTile - 1) / K::kTile : 0;
   const int64_t blocks = std::max(tiles, fill_blocks);
   TORCH_CHECK(blocks <= 0x7fffffff, "compact: too many elements (", call.n, ") or slots (", call.capacity, ")");
-  select_scatter_kernel<Word><<<static_cast<unsigned>(blocks), K::kThreads, 0, ctx.stream>>>(call, plan);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_after(select_scatter_kernel<Word>, static_cast<unsigned>(blocks), K::kThreads, ctx, call, plan);
 }
 
 template <class Word>

@@ -91,6 +91,21 @@ struct SelectPlan {
   __device__ __forceinline__ int64_t count(int64_t n) const { return block_slots[count_blocks(n)]; }
 };
 
+// Programmatic dependent launch (sm_90; no-ops before): a kernel lets the next kernel of the
+// stream start while it runs, and that kernel waits for it (complete, its writes visible) only
+// where it reads what it wrote. The scatter issues its element loads before waiting for the
+// plan, so they overlap the end of the count and the block-slots pass.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // 1 in the low bit of every byte of `w` that is not zero.
 __device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
   w |= w >> 1;
@@ -127,6 +142,7 @@ __global__ void __launch_bounds__(32 * kCountWarps) select_count_kernel(const bo
   constexpr int kLoads = kCountTile / 512;
   constexpr int kLoadsPerGroup = kLoads / kGroupsPerCountTile;
   __shared__ int group_counts[kGroupsPerCountBlock];
+  allow_dependent_launch();  // the block-slots pass may start; it waits for this one's end
   const int64_t block = blockIdx.x;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -166,6 +182,8 @@ __global__ void __launch_bounds__(kSlotsThreads) select_block_slots_kernel(int64
                                                                           int64_t* count) {
   using Scan = BlockScan<Add<int64_t>, kSlotsThreads>;
   __shared__ typename Scan::Storage storage;
+  allow_dependent_launch();  // the scatter may start its element loads
+  wait_for_prerequisite_grid();  // the count blocks' totals
   int64_t carry = 0;
   for (int64_t round = 0; round < blocks; round += int64_t{kSlotsThreads} * kSlotsItems) {
     const int64_t first = round + static_cast<int64_t>(threadIdx.x) * kSlotsItems;
@@ -215,16 +233,14 @@ struct SelectScatter {
 
   struct SharedStorage {
     // A warp's kept elements at their warp slots, and their positions in the warp tile (only
-    // when indices are wanted); the last entry is a spare that dropped items are written to.
-    Word values[kWarps][kWarpTile + 1];
-    uint16_t positions[kWarps][kWarpTile + 1];
+    // when indices are wanted); the last 32 entries are the lanes' spares for dropped items.
+    Word values[kWarps][kWarpTile + 32];
+    uint16_t positions[kWarps][kWarpTile + 32];
   };
 
-  // The lane's elements: wide loads of the whole run when it is inside the mask and aligned,
-  // else only the kept ones.
-  static __device__ __forceinline__ void load_words(const Word* source, int64_t first, int64_t n, uint32_t keep,
-                                                    Word (&words)[kItems]) {
-    if (first + kItems <= n && load_wide<kItems>(source + first, words)) return;
+  // The lane's kept elements, one by one (where the wide loads could not take the whole run).
+  static __device__ __forceinline__ void load_kept(const Word* source, int64_t first, uint32_t keep,
+                                                   Word (&words)[kItems]) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if ((keep >> k) & 1u) words[k] = source[first + k];
@@ -248,15 +264,17 @@ struct SelectScatter {
   // Stages the lane's kept elements (and their warp-tile positions) at their warp slots.
   static __device__ __forceinline__ void stage(SharedStorage& smem, const SelectCall<Word>& c, int warp, int local,
                                                uint32_t keep, const Word (&words)[kItems], int slot) {
-    // Branch-free: every item is stored, a dropped one to the spare slot at kWarpTile (a store
-    // under `if (kept)` made the compiler recompute the shared address inside each condition).
+    // Branch-free: every item is stored, a dropped one to the lane's spare slot past the warp's
+    // kWarpTile (a store under `if (kept)` made the compiler recompute the shared address
+    // inside each condition; one spare per lane, so that no two threads write one address).
+    const int spare = kWarpTile + static_cast<int>(threadIdx.x & 31);
     if (c.values != nullptr) {
       Word* staged = smem.values[warp];
       int s = slot;
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int kept = (keep >> k) & 1u;
-        staged[kept ? s : kWarpTile] = words[k];
+        staged[kept ? s : spare] = words[k];
         s += kept;
       }
     }
@@ -266,7 +284,7 @@ struct SelectScatter {
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
         const int kept = (keep >> k) & 1u;
-        staged[kept ? s : kWarpTile] = static_cast<uint16_t>(local + k);
+        staged[kept ? s : spare] = static_cast<uint16_t>(local + k);
         s += kept;
       }
     }
@@ -289,15 +307,18 @@ struct SelectScatter {
     const int warp = static_cast<int>(threadIdx.x >> 5);
     const int64_t warp_base = global_warp * kWarpTile;
     if (warp_base >= c.n) return;
-    const int64_t group_slot = plan.first_slot(warp_base / kSlotGroup);
-    if (group_slot >= c.capacity) return;  // nothing of this warp tile is stored
-
     const int local = static_cast<int>(threadIdx.x & 31) * kItems;
     const int64_t first = warp_base + local;
+    // The elements first, where they are read whole (no keep bits needed): in flight while the
+    // plan's passes finish.
+    Word words[kItems];
+    const bool loaded = c.source != nullptr && first + kItems <= c.n && load_wide<kItems>(c.source + first, words);
+    wait_for_prerequisite_grid();
+    const int64_t group_slot = plan.first_slot(warp_base / kSlotGroup);
+    if (group_slot >= c.capacity) return;  // nothing of this warp tile is stored
     const uint32_t keep =
         first < c.n ? (plan.keep_bits[first / 16] >> (first % 16)) & ((1u << kItems) - 1) : 0u;
-    Word words[kItems];
-    if (c.source != nullptr) load_words(c.source, first, c.n, keep, words);
+    if (c.source != nullptr && !loaded) load_kept(c.source, first, keep, words);
     const int64_t first_slot = group_slot + kept_before_in_group(plan, warp_base);
     const int count = __popc(keep);
     const int inclusive = warp_inclusive_scan<Add<int>>(count);
@@ -310,6 +331,7 @@ struct SelectScatter {
   // (indices), cut into one contiguous share per warp of the grid.
   static __device__ __forceinline__ void fill_share(const SelectCall<Word>& c, const SelectPlan& plan,
                                                     int64_t global_warp) {
+    wait_for_prerequisite_grid();
     const int64_t count = plan.count(c.n);
     if (count >= c.capacity) return;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
