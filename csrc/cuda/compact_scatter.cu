@@ -71,7 +71,14 @@ void launch_select(const host::CompactCall& c, void* plan_memory, bool counted, 
   const int64_t fill_blocks = fill != nullptr ? (call.capacity + K::kTile - 1) / K::kTile : 0;
   const int64_t blocks = std::max(tiles, fill_blocks);
   TORCH_CHECK(blocks <= 0x7fffffff, "compact: too many elements (", call.n, ") or slots (", call.capacity, ")");
-  launch_after(select_scatter_kernel<Word>, static_cast<unsigned>(blocks), K::kThreads, ctx, call, plan);
+  if (counted) {
+    // The kernel before it in the stream is not the select's: launched plainly, so that the
+    // elements it reads before its wait for the plan are complete.
+    select_scatter_kernel<Word><<<static_cast<unsigned>(blocks), K::kThreads, 0, ctx.stream>>>(call, plan);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  } else {
+    launch_after(select_scatter_kernel<Word>, static_cast<unsigned>(blocks), K::kThreads, ctx, call, plan);
+  }
 }
 
 template <class Word>
