@@ -231,12 +231,20 @@ struct SelectScatter {
   static_assert(kSlotGroup % kWarpTile == 0, "a warp tile lies in one slot group");
   static_assert(kWarpTile <= 65536, "warp tile positions are staged as 16 bits");
 
+  // Elements a 16-byte store takes, for elements of up to 4 bytes (8-byte elements gain little
+  // and spill under the 40-register cap).
+  static constexpr int kVector = sizeof(Word) <= 4 ? 16 / static_cast<int>(sizeof(Word)) : 1;
+  // A warp's staging rows: its kept elements from entry `shift` (the first output slot's place
+  // in a 16-byte word, so that entries and slots agree modulo kVector), then the lanes' spares
+  // for dropped items.
+  static constexpr int kStaged = kVector > 1 ? kWarpTile + kVector : kWarpTile;
+  static constexpr int kSpare = kStaged;
   struct SharedStorage {
-    // A warp's kept elements at their warp slots, and their positions in the warp tile (only
-    // when indices are wanted); the last 32 entries are the lanes' spares for dropped items.
-    Word values[kWarps][kWarpTile + 32];
-    uint16_t positions[kWarps][kWarpTile + 32];
+    // The kept elements, and their positions in the warp tile (only when indices are wanted).
+    alignas(16) Word values[kWarps][kStaged + 32];
+    uint16_t positions[kWarps][kStaged + 32];
   };
+  static_assert((kStaged + 32) * sizeof(Word) % 16 == 0, "each warp's staged values start 16-byte aligned");
 
   // The lane's kept elements, one by one (where the wide loads could not take the whole run).
   static __device__ __forceinline__ void load_kept(const Word* source, int64_t first, uint32_t keep,
@@ -267,7 +275,7 @@ struct SelectScatter {
     // Branch-free: every item is stored, a dropped one to the lane's spare slot past the warp's
     // kWarpTile (a store under `if (kept)` made the compiler recompute the shared address
     // inside each condition; one spare per lane, so that no two threads write one address).
-    const int spare = kWarpTile + static_cast<int>(threadIdx.x & 31);
+    const int spare = kSpare + static_cast<int>(threadIdx.x & 31);
     if (c.values != nullptr) {
       Word* staged = smem.values[warp];
       int s = slot;
@@ -290,15 +298,34 @@ struct SelectScatter {
     }
   }
 
-  // After the warp barrier: the warp stores its staged elements to consecutive output slots
-  // from its first, as many as the capacity leaves room for.
+  // After the warp barrier: the warp stores its staged elements (entries [shift, shift + stored))
+  // to consecutive output slots from its first, as many as the capacity leaves room for. Values
+  // go in 16-byte words where the output is 16-byte aligned (a quarter of the store requests of
+  // 4-byte elements), element by element in the partial words at both ends.
   static __device__ __forceinline__ void store(const SharedStorage& smem, const SelectCall<Word>& c, int warp,
-                                               int64_t warp_base, int64_t first_slot, int warp_count) {
+                                               int64_t warp_base, int64_t first_slot, int shift, int warp_count) {
     const int64_t room = c.capacity - first_slot;  // slots left for this warp tile
     const int stored = room <= 0 ? 0 : (room < warp_count ? static_cast<int>(room) : warp_count);
-    for (int i = threadIdx.x & 31; i < stored; i += 32) {
-      if (c.values != nullptr) c.values[first_slot + i] = smem.values[warp][i];
-      if (c.indices != nullptr) c.indices[first_slot + i] = warp_base + smem.positions[warp][i];
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const Word* staged = smem.values[warp];
+    if (c.values != nullptr) {
+      Word* out = c.values + (first_slot - shift);  // entry e goes to out[e]
+      if (kVector > 1 && reinterpret_cast<uintptr_t>(c.values) % 16 == 0) {
+        const int end = shift + stored;
+        for (int w = lane; w * kVector < end; w += 32) {
+          const int lo = w * kVector;
+          if (lo >= shift && lo + kVector <= end) {
+            *reinterpret_cast<int4*>(out + lo) = *reinterpret_cast<const int4*>(staged + lo);
+          } else {
+            for (int e = lo < shift ? shift : lo; e < lo + kVector && e < end; ++e) out[e] = staged[e];
+          }
+        }
+      } else {
+        for (int e = shift + lane; e < shift + stored; e += 32) out[e] = staged[e];
+      }
+    }
+    if (c.indices != nullptr) {
+      for (int i = lane; i < stored; i += 32) c.indices[first_slot + i] = warp_base + smem.positions[warp][shift + i];
     }
   }
 
@@ -322,9 +349,10 @@ struct SelectScatter {
     const int64_t first_slot = group_slot + kept_before_in_group(plan, warp_base);
     const int count = __popc(keep);
     const int inclusive = warp_inclusive_scan<Add<int>>(count);
-    stage(smem, c, warp, local, keep, words, inclusive - count);
+    const int shift = static_cast<int>(first_slot % kVector);
+    stage(smem, c, warp, local, keep, words, shift + inclusive - count);
     __syncwarp();
-    store(smem, c, warp, warp_base, first_slot, __shfl_sync(kFullMask, inclusive, 31));
+    store(smem, c, warp, warp_base, first_slot, shift, __shfl_sync(kFullMask, inclusive, 31));
   }
 
   // The capacity form's fill: slots [count, capacity) take fill_value (values) and -1
