@@ -68,10 +68,13 @@ def reductions(dev):
     # Random short sequences, one long one, and empty ones at the end (offsets clamped to n).
     lengths = torch.randint(0, 40, (300,)).tolist() + [5000] + torch.randint(0, 9, (300,)).tolist()
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist(), n], device=dev).clamp(max=n)
+    # Long sequences on average (the warp pass), one longer than a piece of 8192 (the piece warps).
+    warp_offsets = torch.tensor([0, 9000, 9000, 9300, 10800, 10817, n], device=dev)
     for op in ("sum", "mean", "max", "logsumexp"):
         for x in (torch.randn(n, device=dev), torch.randn(3, n, device=dev), torch.randn(2, 2 * n, device=dev)[:, ::2],
                   torch.randn(n, 8, device=dev)):
-            pp.segment_reduce(x, offsets, op, 0 if x.dim() == 2 and x.shape[1] == 8 else x.dim() - 1)
+            for cuts in (offsets, warp_offsets):
+                pp.segment_reduce(x, cuts, op, 0 if x.dim() == 2 and x.shape[1] == 8 else x.dim() - 1)
     h = torch.randn(4, 300, 16, device=dev)
     pp.reduce(h, 1, "mean", torch.rand(4, 300, 1, device=dev) > 0.3)
     pp.reduce(h, -1, "max")

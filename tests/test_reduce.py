@@ -201,6 +201,26 @@ def _tile_edge_offsets(n, g):
     return sorted(cuts)
 
 
+def _check_rows_in_layout(op, dtype, layout, n, offsets, device):
+    """segment_reduce along the last dim of rows of ``n`` positions in ``layout``: one row
+    (``flat``), three rows (``rows``: the packed dim last; with an odd ``n`` the rows after the
+    first are not 16-byte aligned), every other element (``step``) or a view one element into its
+    buffer (``unaligned``). Equal to the reference, and the same bits on a second call."""
+    rows = 3 if layout == "rows" else 1
+    x = draw((rows, n), DRAW_OP[op], dtype, "normal", device)
+    if layout == "step":
+        x = with_layout(x, "step", 1)
+    elif layout == "unaligned":
+        x = torch.cat([x[:, :1], x], 1)[:, 1:]
+    if rows == 1:
+        x = x[0]
+    dim = x.dim() - 1
+    got = pp.segment_reduce(x, offsets, op, dim)
+    expected, scale = _expected_segment(x, offsets, op, dim)
+    assert_close(got, expected, scale=scale)
+    assert torch.equal(got, pp.segment_reduce(x, offsets, op, dim))
+
+
 @pytest.mark.parametrize("size", ("long", "short"))
 @pytest.mark.parametrize("layout", ("flat", "rows", "step", "unaligned"))
 @pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("logsumexp", torch.float32),
@@ -217,19 +237,32 @@ def test_segment_reduce_tile_edges(op, dtype, layout, size, device):
     g = torch.Generator().manual_seed(17)
     n = 6 * 4096 + 101 if size == "long" else 1901
     offsets = torch.tensor(_tile_edge_offsets(n, g), device=device)
-    rows = 3 if layout == "rows" else 1
-    x = draw((rows, n), DRAW_OP[op], dtype, "normal", device)
-    if layout == "step":
-        x = with_layout(x, "step", 1)
-    elif layout == "unaligned":
-        x = torch.cat([x[:, :1], x], 1)[:, 1:]
-    if rows == 1:
-        x = x[0]
-    dim = x.dim() - 1
-    got = pp.segment_reduce(x, offsets, op, dim)
-    expected, scale = _expected_segment(x, offsets, op, dim)
-    assert_close(got, expected, scale=scale)
-    assert torch.equal(got, pp.segment_reduce(x, offsets, op, dim))
+    _check_rows_in_layout(op, dtype, layout, n, offsets, device)
+
+
+def _piece_edge_lengths():
+    """Sequence lengths around the CUDA warp pass's pieces (8192 positions; a sequence longer
+    than a piece is folded piece by piece): one exactly a piece long (folded whole), one a
+    position longer starting on a piece edge, a long one starting inside a piece over three
+    edges, a second long one starting where it ends inside a piece (a head and a tail in one
+    piece), an empty one, a short one ending on an edge, one of exactly three pieces on edges,
+    and a short last one."""
+    return [8192, 8193, 15, 20000, 8193, 0, 4559, 3 * 8192, 101]
+
+
+@pytest.mark.parametrize("layout", ("flat", "rows", "unaligned"))
+@pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("mean", torch.float32),
+                                       ("logsumexp", torch.float32), ("sum", torch.bfloat16), ("prod", torch.float64),
+                                       ("min", torch.int64)))
+def test_segment_reduce_piece_edges(op, dtype, layout, device):
+    """Long sequences on average (the CUDA warp pass: a warp per sequence, pieces for those
+    longer than a piece) with sequences on and next to the piece edges (_piece_edge_lengths):
+    one row, three rows, and a view one element into its buffer (no 16-byte loads). Equal to
+    the reference, and the same bits on a second call."""
+    lengths = _piece_edge_lengths()
+    n = sum(lengths)
+    offsets = make_offsets(lengths, device=device)
+    _check_rows_in_layout(op, dtype, layout, n, offsets, device)
 
 
 def test_segment_reduce_long_mean_count_is_exact(device):

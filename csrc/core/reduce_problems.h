@@ -78,6 +78,20 @@ struct ReduceProblem : ProblemBase<M> {
     for (int i = 0; i < N; ++i) values[i] = Traits::element(raw[i]);
     return true;
   }
+  // The first position from `pos` where load_run<N> takes wide loads (its runs' addresses
+  // aligned), or -1 when it never does (a mask, a strided dimension, a misaligned element).
+  template <int N>
+  PP_HD int64_t first_wide_position(const Cursor& c, int64_t pos) const {
+    constexpr int kWide = detail::wide_bytes<N, In>();
+    if constexpr (kWide == 0) {
+      return -1;
+    } else {
+      if (mask != nullptr || in_rows.stride_len != 1) return -1;
+      const uintptr_t misaligned = reinterpret_cast<uintptr_t>(in + c.in + pos) % kWide;
+      if (misaligned % sizeof(In) != 0) return -1;
+      return pos + static_cast<int64_t>((kWide - misaligned) % kWide / sizeof(In));
+    }
+  }
   template <int N>
   PP_HD bool store_run(const Cursor&, int64_t, const Value (&)[N]) const {
     return true;  // nothing to store per element

@@ -27,13 +27,17 @@ struct WideWord<4> {
   using type = int;
 };
 
+}  // namespace detail
+#endif
+
+namespace detail {
+// The access width of N consecutive T (bytes; 0: element accesses only).
 template <int N, class T>
 constexpr int wide_bytes() {
   constexpr int total = N * static_cast<int>(sizeof(T));
   return total % 16 == 0 ? 16 : total % 8 == 0 ? 8 : total % 4 == 0 ? 4 : 0;
 }
 }  // namespace detail
-#endif
 
 template <int N, class T>
 PP_HD bool load_wide(const T* p, T (&out)[N]) {

@@ -33,6 +33,7 @@
 #include "warp.cuh"
 #include "../launch_context.h"
 #include "engine.cuh"  // wide_access_disabled
+#include "segment_reduce_warps.cuh"
 
 namespace parprims::cuda {
 
@@ -409,13 +410,15 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The segments that cross pieces, from their partials, in order: one thread per (row, segment),
+// The segments that cross pieces, from their partials, in order (only those longer than
+// `min_length`: the warp pass folds the shorter ones whole): one thread per (row, segment),
 // rows fastest (neighbouring threads share the segment's offsets and read neighbouring partials
 // in the column layout), folding head[c0+1 .. c1] itself when the segment spans few pieces; the
 // rare segment that spans more (one huge sequence) is folded by the whole warp.
 template <class P>
 __global__ void __launch_bounds__(256)
-    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts) {
+    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
+                                int64_t min_length) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
   constexpr int64_t kSerialSpan = 32;
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(256)
       // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
       const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(segment)));
       const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(segment + 1)));
-      if (hi > lo) {  // an empty segment has the empty result the host wrote
+      if (hi - lo > min_length) {  // an empty segment has the empty result the host wrote
         c0 = lo / parts.chunk_length;
         c1 = (hi - 1) / parts.chunk_length;
       }
@@ -492,6 +495,39 @@ struct SegmentReduceEngine {
     return 2 * g.len >= int64_t{Policy::kThreads} * Policy::kItems ? Policy::kThreads : 32;
   }
 
+  // Rows whose sequences are this long on average (positions) take the warp pass.
+  static constexpr int64_t kWarpPassMinAverage = 128;
+
+  // segment_reduce_warps.cuh: a warp per sequence, pieces for the long ones, then the fix-up of
+  // the long ones.
+  template <class P>
+  void run_warp_pass(const P& problem, const ScanGeometry& g) const {
+    using Value = typename P::Value;
+    using Policy = SegmentWarpsPolicy;
+    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernel loops over what is left
+    const int64_t pieces = (g.len + Policy::kPieceLength - 1) / Policy::kPieceLength;
+    PiecePartials<Value> parts;
+    parts.head = static_cast<Value*>(ctx.workspace->allocate(2 * g.rows * pieces * sizeof(Value)));
+    parts.tail = parts.head + g.rows * pieces;
+    parts.row_step = pieces;
+    parts.chunk_step = 1;
+    parts.chunk_length = Policy::kPieceLength;
+    const int64_t warps = g.rows * (pieces + g.num_segments());
+    constexpr int64_t kWarpsPerBlock = Policy::kThreads / 32;
+    const int64_t blocks = std::min<int64_t>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
+    segment_reduce_warps_kernel<P, PiecePartials<Value>><<<static_cast<unsigned>(blocks), Policy::kThreads, 0,
+                                                           ctx.stream>>>(problem, g, parts, pieces,
+                                                                         !wide_access_disabled());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (pieces > 1) {
+      const int64_t items = g.rows * g.num_segments();
+      const int64_t fixup_blocks = std::min<int64_t>((items + 255) / 256, kMaxBlocks);
+      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(fixup_blocks), 256, 0, ctx.stream>>>(
+          problem, g, parts, Policy::kPieceLength);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+
   template <class P>
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     using Value = typename P::Value;
@@ -499,6 +535,9 @@ struct SegmentReduceEngine {
     if (g.rows == 0 || g.len == 0) return;
     const cudaStream_t stream = ctx.stream;
     const bool columns = layout.rows_adjacent && g.rows > 1;
+    if (!columns && g.segments.offsets != nullptr && g.len >= kWarpPassMinAverage * g.num_segments()) {
+      return run_warp_pass(problem, g);
+    }
     using Policy = SegmentReducePolicy<Value>;
     const int row_tile_threads = tile_threads<Value>(g);
     const int64_t chunk_length = columns ? column_chunk_length(g) : int64_t{row_tile_threads} * Policy::kItems;
@@ -545,7 +584,7 @@ struct SegmentReduceEngine {
     if (chunks > 1) {
       const int64_t items = g.rows * g.num_segments();
       const int64_t blocks = std::min<int64_t>((items + 255) / 256, kMaxBlocks);
-      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts);
+      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts, 0);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }
