@@ -72,6 +72,9 @@ def _reduce_samples():
         out.append(S(op=op, mask="random", check=op in ("sum", "prod"), compile=op in ("mean", "prod")))
         out.append(S(op=op, mask="rows", shape=(4, 6, 9), dim=1, dtype=torch.float64))
         out.append(S(op=op, mask="broadcast", shape=(3, 40, 8), dim=1, keepdim=True))
+        # Pooling over the middle dim of a bfloat16 batch: 20 features a token are two groups of
+        # 8 rows side by side (the CPU's vectorizable loop) and 4 rows alone.
+        out.append(S(op=op, mask="broadcast", shape=(2, 33, 20), dim=1, dtype=torch.bfloat16))
         out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
         out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
         for dtype in (torch.float16, torch.bfloat16):

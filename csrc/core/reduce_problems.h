@@ -64,6 +64,26 @@ struct ReduceProblem : ProblemBase<M> {
     if (mask != nullptr && !mask[c.mask + pos * mask_rows.stride_len]) return M::identity();
     return Traits::element(in[c.in + pos * in_rows.stride_len]);
   }
+  // Whether rows c[0], c[1], ... hold their elements side by side (row r's at c[0].in + r, at
+  // every position) and share their mask elements (or have no mask): a reduction over a middle
+  // dimension, such as a padded batch pooled over its sequence. `load_side_by_side` then reads
+  // the rows' elements at a position together (the CPU reductions' vectorizable loop).
+  template <int kRows>
+  PP_HD bool side_by_side(const Cursor (&c)[kRows]) const {
+    for (int r = 0; r < kRows; ++r) {
+      if (c[r].in != c[0].in + r || c[r].mask != c[0].mask) return false;
+    }
+    return true;
+  }
+  // Returns whether the position is kept (not masked out).
+  template <int kRows>
+  PP_HD bool load_side_by_side(const Cursor& first, int64_t pos, Value (&values)[kRows]) const {
+    const In* x = in + first.in + pos * in_rows.stride_len;
+    const bool kept = mask == nullptr || mask[first.mask + pos * mask_rows.stride_len];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) values[r] = kept ? Traits::element(x[r]) : M::identity();
+    return kept;
+  }
   // Only segment totals are written.
   PP_HD void store(const Cursor&, int64_t, const Value&) const {}
   PP_HD void store_final(int64_t row, int64_t segment, const Value& v) const {

@@ -11,9 +11,14 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../core/scan_problems.h"
+#include "vector_exp.h"
 
 namespace parprims::cpu {
 
@@ -185,6 +190,7 @@ struct PieceReducer {
     const int64_t end = std::min(g.len, begin + kRowChunk);
     typename P::Cursor cursors[kRows];
     for (int r = 0; r < kRows; ++r) cursors[r] = problem.cursor(row0 + r);
+    const bool side_by_side = kRows > 1 && problem.side_by_side(cursors);
     SegmentWalker walker;
     walker.seek(g, begin);
     for (int64_t pos = begin; pos < end;) {
@@ -193,10 +199,16 @@ struct PieceReducer {
       const int64_t stop = walker.next_start;  // the segment's end (empty ones are skipped)
       const int64_t last = std::min(stop, end);
       Value acc[kRows];
-      for (int r = 0; r < kRows; ++r) acc[r] = problem.load(cursors[r], g.physical_pos(pos));
-      for (int64_t p = pos + 1; p < last; ++p) {
-        const int64_t physical_p = g.physical_pos(p);
-        for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], problem.load(cursors[r], physical_p));
+      if constexpr (kRows == 1 && kIsLogSumExp) {
+        acc[0] = log_sum_exp(cursors[0], pos, last);
+      } else if (side_by_side) {
+        fold_side_by_side(cursors[0], pos, last, acc);
+      } else {
+        for (int r = 0; r < kRows; ++r) acc[r] = problem.load(cursors[r], g.physical_pos(pos));
+        for (int64_t p = pos + 1; p < last; ++p) {
+          const int64_t physical_p = g.physical_pos(p);
+          for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], problem.load(cursors[r], physical_p));
+        }
       }
       const int64_t physical = g.physical_segment(segment);
       for (int r = 0; r < kRows; ++r) {
@@ -211,6 +223,66 @@ struct PieceReducer {
       pos = last;
       if (pos < end) walker.enter(g, pos);
     }
+  }
+
+  static constexpr bool kIsLogSumExp =
+      std::is_same_v<M, LogAddExp<float>> || std::is_same_v<M, LogAddExp<double>>;
+  static constexpr bool kIsMean = std::is_same_v<M, SumCount<float>> || std::is_same_v<M, SumCount<double>>;
+
+  // Rows side by side (PieceReducer::pieces): the fold of positions [from, to) of kRows rows,
+  // reading each position's kRows elements together (sum, prod: a loop the compiler
+  // vectorizes). A mean's rows share their mask, so they share their count: the sums alone are
+  // kept per row (1.3x faster than combining the (sum, count) pairs; still scalar code, about
+  // 3x the sum's time: the compiler did not vectorize it in any of the forms tried).
+  template <int kRows>
+  void fold_side_by_side(const typename P::Cursor& first, int64_t from, int64_t to, Value (&acc)[kRows]) const {
+    if constexpr (kIsMean) {
+      decltype(Value::sum) sums[kRows] = {};
+      int64_t count = 0;
+      for (int64_t p = from; p < to; ++p) {
+        Value v[kRows];
+        count += problem.load_side_by_side(first, g.physical_pos(p), v);
+        for (int r = 0; r < kRows; ++r) sums[r] += v[r].sum;
+      }
+      for (int r = 0; r < kRows; ++r) acc[r] = {sums[r], count};
+    } else {
+      problem.load_side_by_side(first, g.physical_pos(from), acc);
+      for (int64_t p = from + 1; p < to; ++p) {
+        Value v[kRows];
+        problem.load_side_by_side(first, g.physical_pos(p), v);
+        for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], v[r]);
+      }
+    }
+  }
+
+  // The log-sum-exp of one row's positions [from, to) (at most a piece), in two passes over
+  // the values kept in a buffer: their maximum m, then m + log(sum of exp(x - m)): one exp per
+  // element (vectorized in float, exp4 of vector_exp.h) where the monoid's combine takes an exp
+  // and a log1p. A NaN gives NaN, and a maximum of -inf (nothing but -inf) or +inf gives itself,
+  // as the combine does.
+  Value log_sum_exp(const typename P::Cursor& cursor, int64_t from, int64_t to) const {
+    thread_local std::vector<Value> values;
+    const int64_t n = to - from;
+    values.resize(static_cast<size_t>(n));
+    Value top = -std::numeric_limits<Value>::infinity();
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const Value x = problem.load(cursor, g.physical_pos(from + i));
+      values[i] = x;
+      nan |= x != x;
+      top = x > top ? x : top;
+    }
+    if (nan) return std::numeric_limits<Value>::quiet_NaN();
+    if (std::isinf(top)) return top;
+    for (int64_t i = 0; i < n; ++i) values[i] -= top;
+    exp_in_place(values.data(), n);
+    Value sums[4] = {};  // four partial sums: independent adds, and fewer rounding steps
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int k = 0; k < 4; ++k) sums[k] += values[i + k];
+    }
+    for (; i < n; ++i) sums[0] += values[i];
+    return top + std::log((sums[0] + sums[1]) + (sums[2] + sums[3]));
   }
 
   // The segments that cross the row's pieces, combined in order.
