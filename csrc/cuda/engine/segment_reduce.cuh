@@ -98,8 +98,8 @@ static __global__ void __launch_bounds__(256)
     const int64_t k = base + lane;
     int64_t c0 = 0, c1 = 0;  // the pieces whose first position lies in segment k: [c0, c1)
     if (k < segments) {
-      const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(k)));
-      const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(k + 1)));
+      int64_t lo, hi;
+      clamped_bounds(g, k, lo, hi);
       if (hi > lo) {
         c0 = (lo + chunk_length - 1) / chunk_length;
         c1 = (hi + chunk_length - 1) / chunk_length;  // at most chunks
@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(256)
       segment = item / g.rows;
       row = item - segment * g.rows;
       // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
-      const int64_t lo = max(int64_t(0), min(g.len, g.segment_start(segment)));
-      const int64_t hi = max(int64_t(0), min(g.len, g.segment_start(segment + 1)));
+      int64_t lo, hi;
+      clamped_bounds(g, segment, lo, hi);
       if (hi - lo > min_length) {  // an empty segment has the empty result the host wrote
         c0 = lo / parts.chunk_length;
         c1 = (hi - 1) / parts.chunk_length;

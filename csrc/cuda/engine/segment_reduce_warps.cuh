@@ -40,6 +40,16 @@ struct SegmentWarpsPolicy {
   static constexpr int kRuns = sizeof(Value) <= 4 ? 4 : sizeof(Value) <= 8 ? 2 : 1;
 };
 
+// A segment's start clamped into [0, len], and its bounds clamped so, never decreasing: what an
+// invalid offset gives is wrong, but in bounds.
+__device__ __forceinline__ int64_t clamped_start(const ScanGeometry& g, int64_t segment) {
+  return max(int64_t(0), min(g.len, g.segment_start(segment)));
+}
+__device__ __forceinline__ void clamped_bounds(const ScanGeometry& g, int64_t segment, int64_t& begin, int64_t& end) {
+  begin = clamped_start(g, segment);
+  end = max(begin, clamped_start(g, segment + 1));
+}
+
 // The segments holding positions `pos[0]` and `pos[1]`: for each, the last k with
 // segment_start(k) <= pos, found by the whole warp, each round probing 32 offsets evenly spread
 // over what is left (four rounds for 65536 segments); the two searches share their rounds, so
@@ -56,7 +66,7 @@ __device__ __forceinline__ void warp_find_segments(const ScanGeometry& g, const 
     for (int i = 0; i < 2; ++i) {
       step[i] = (hi[i] - lo[i] + 32) / 32;  // lane 0 probes lo itself
       const int64_t k = lo[i] + lane * step[i];
-      before[i] = lo[i] < hi[i] && k <= hi[i] && max(int64_t(0), min(g.len, g.segment_start(k))) <= pos[i];
+      before[i] = lo[i] < hi[i] && k <= hi[i] && clamped_start(g, k) <= pos[i];
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -71,13 +81,6 @@ __device__ __forceinline__ void warp_find_segments(const ScanGeometry& g, const 
   }
   found[0] = lo[0];
   found[1] = lo[1];
-}
-
-// The segment's bounds clamped into [0, len], never decreasing: what an invalid offset gives is
-// wrong, but in bounds.
-__device__ __forceinline__ void clamped_bounds(const ScanGeometry& g, int64_t segment, int64_t& begin, int64_t& end) {
-  begin = max(int64_t(0), min(g.len, g.segment_start(segment)));
-  end = max(begin, min(g.len, g.segment_start(segment + 1)));
 }
 
 // The fold of positions [begin, end) of one row by a warp; every lane gets it. Lane l takes the
