@@ -48,6 +48,19 @@ def scans(dev):
     offsets = torch.tensor([0, 5, 5, 1000, 4096], device=dev)
     pp.segmented_scan(x, offsets, 0, "logaddexp")
     pp.affine_scan(torch.rand(4096, 64, device=dev), x, 0, cu_seqlens=offsets)
+    # Packed sequences along the contiguous dim: the row loop's packed instance, in spans (one
+    # long row; bounds on tile edges, empty sequences, tiles of more sequences than threads)
+    # and a block per row (300 rows).
+    lengths = [511, 1, 0, 2048, 0, 0, 3000] + torch.randint(0, 9, (3000,)).tolist() + [20000, 3, 0]
+    packed = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=dev)
+    y = torch.randn(int(packed[-1]), device=dev)
+    for rev in (False, True):
+        pp.segmented_scan(y, packed, 0, "add", exclusive=rev, reverse=rev)
+        pp.segmented_scan(y.bfloat16(), packed.int(), 0, "max", reverse=rev)
+        pp.affine_scan(torch.rand_like(y), y, 0, torch.randn(len(lengths), device=dev), packed, reverse=rev)
+    rows_packed = torch.tensor([0, 100, 100, 611, 1100, 1100], device=dev)
+    pp.segmented_scan(torch.randn(300, 1100, device=dev), rows_packed, 1, "logaddexp", reverse=True)
+    pp.affine_scan(torch.rand(300, 1100, device=dev), torch.randn(300, 1100, device=dev), 1, cu_seqlens=rows_packed)
 
 
 def compaction(dev):

@@ -188,6 +188,23 @@ def random_lengths(count: int, mean: int, empty_fraction: float = 0.25) -> list:
     return lengths.tolist()
 
 
+def pad_to(lengths: list, total: int) -> list:
+    """``lengths`` and one more sequence that brings the total to at least ``total``."""
+    return lengths + [max(0, total - sum(lengths))]
+
+
+def tile_edge_lengths(tiles: int = 48) -> list:
+    """Sequences whose bounds fall on a multiple of 512 positions (the GPU row loop's tiles are 512
+    or 2048 long) or one off it, with an empty sequence at some of them: about ``tiles`` x 1024
+    positions in all."""
+    bounds = []
+    for k in range(1, 2 * tiles):
+        bound = 512 * k + int(torch.randint(-1, 2, ()))
+        bounds += [bound] * (2 if k % 3 == 0 else 1)  # a repeated bound: an empty sequence
+    bounds.append(512 * 2 * tiles + 7)
+    return [b - a for a, b in zip([0] + bounds[:-1], bounds)]
+
+
 def huge_and_tiny(huge: int, tiny: int) -> list:
     """One huge sequence among ``tiny`` sequences of length 0, 1 or 2."""
     lengths = torch.randint(0, 3, (tiny,)).tolist()
@@ -208,9 +225,16 @@ LENGTH_PATTERNS = {
     "chunk_crossing": lambda: [CPU_CHUNK - 3, 0, 6, CPU_CHUNK + 5, 0, 2 * CPU_CHUNK + 1, 3],
     "chunk_crossing_short": lambda: [CPU_CHUNK - 3, 0, 6, CPU_CHUNK + 5, 0, 3],  # just over 2 chunks
     "gpu_multi_tile": lambda: huge_and_tiny(GPU_MULTI_TILE + 3, 1000),
+    # About 1100 positions: rows long enough for the GPU row loop, packed along them.
+    "rows_1100": lambda: pad_to(random_lengths(80, 12), 1100),
+    # Sequence bounds on and next to the GPU row loop's tile edges, empty sequences there.
+    "tile_edges": lambda: tile_edge_lengths(),
+    # Thousands of sequences of 0-8 positions in one long row: a GPU tile holds more sequence
+    # starts than its block has threads.
+    "many_tiny": lambda: torch.randint(0, 9, (12000,)).tolist(),
 }
 # Patterns whose total length sends one row down the long-row paths, and those with many sequences.
-LONG_PATTERNS = ("chunk_crossing", "chunk_crossing_short", "gpu_multi_tile")
+LONG_PATTERNS = ("chunk_crossing", "chunk_crossing_short", "gpu_multi_tile", "tile_edges", "many_tiny")
 BIG_PATTERNS = LONG_PATTERNS + ("huge_and_tiny", "all_length_one")
 
 

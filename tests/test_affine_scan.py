@@ -164,6 +164,13 @@ def _samples():
             # Hundreds of spans per row: the carry kernel's threads each fold several.
             S((1, 16), 0, init="state", lengths="chunk_crossing_short", reverse=True),
             S((40000, 16), 0, init="state", exclusive=True)]
+    # Packed sequences along the contiguous dim: on CUDA, the row loop's packed instance (one
+    # long row in spans; 300 rows, a block each), initial and final states per sequence.
+    out += [S((1,), 0, init="state", lengths="tile_edges", reverse=True),
+            S((1,), 0, init="state", lengths="many_tiny", exclusive=True, dtype=torch.bfloat16),
+            S((1,), 0, init="none", lengths="tile_edges", log_gates=True, dtype=torch.float64),
+            S((300, 1), 1, init="state", lengths="rows_1100"),
+            S((300, 1), 1, init="state", lengths="rows_1100", reverse=True, exclusive=True, dtype=torch.bfloat16)]
     # Few long rows along the contiguous dim: on CUDA, rows cut into spans.
     out += [S((5, 40000), -1, init="state", reverse=True, log_gates=True),
             S((300001,), 0, init="state", exclusive=True, dtype=torch.bfloat16)]

@@ -22,6 +22,8 @@ LAYOUTS = {
     "BTC-neg": (lambda T: (2, T, 3), -2),
     # 40 channels: on CUDA, the column kernel's blocks of 16 or 32 channels, the last partial.
     "TW": (lambda T: (T, 40), 0),
+    # 300 rows: on CUDA, enough rows for the row loop to give each block whole rows.
+    "RT": (lambda T: (300, T), 1),
 }
 ROTATION = ("T", "TC", "BT", "BTC", "BTC-neg")  # the layouts the pattern samples take in turn
 
@@ -94,6 +96,18 @@ def _samples():
     # (a summary pass, then the full pass), with sequences crossing the spans' boundaries.
     for op, (ex, rv) in zip(("add", "max", "logaddexp", "add"), itertools.product((False, True), repeat=2)):
         out.append(S("huge_and_tiny", "TW", op, exclusive=ex, reverse=rv, offsets_dtype=torch.int32 if rv else torch.int64))
+    # The CUDA row loop over packed sequences: hundreds of packed rows (a block per row), and one
+    # long row cut into spans, in each kind of value, with bounds on the tiles' edges and tiles
+    # holding more sequences than a block has threads.
+    for op, dtype, (ex, rv) in (("add", torch.float32, (False, False)), ("max", torch.bfloat16, (True, False)),
+                                ("logaddexp", torch.float32, (False, True)), ("add", torch.int64, (True, True)),
+                                ("mul", torch.float64, (False, False)), ("min", torch.int32, (False, True))):
+        out.append(S("rows_1100", "RT", op, dtype, exclusive=ex, reverse=rv, check=op == "max"))
+    for dtype, (ex, rv) in zip((torch.bfloat16, torch.float64, torch.int32, torch.complex64),
+                               itertools.product((False, True), repeat=2)):
+        out.append(S("tile_edges", "T", "add", dtype, exclusive=ex, reverse=rv))
+    out.append(S("many_tiny", "T", "max", torch.bfloat16, reverse=True))
+    out.append(S("many_tiny", "T", "add", torch.float16, exclusive=True))
     out.append(S("leading_trailing_empty", "TC", "add", torch.complex128, view="transpose"))
     for op in ("max", "min", "add", "logaddexp"):
         out.append(S("random", "BT", op, values="nan", exclusive=op == "min", reverse=op == "max"))

@@ -3,11 +3,12 @@
 //
 //   rows adjacent in memory, scanned dim strided, at least 2 rows -> column kernel (coalesced
 //   across rows; a block walks a group of rows through time; spans when the groups are few)
-//   no packed sequences, enough rows to fill the GPU, rows at least half a tile long -> row-loop
-//   kernel (a block walks a whole row; nothing crosses blocks)
-//   no packed sequences, few rows long enough to cut into spans (one huge row, few long rows)
+//   enough rows to fill the GPU, rows at least half a tile long -> row-loop kernel (a block
+//   walks a whole row; nothing crosses blocks); rows cut by packed sequences take its packed
+//   instance, which marks each tile's sequence starts in shared memory
+//   few rows long enough to cut into spans (one huge row, few long rows, one packed batch)
 //   -> row-loop kernel over spans (spans.cuh)
-//   anything else (packed sequences, short rows) -> flat kernel
+//   anything else (short rows) -> flat kernel
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
@@ -37,6 +38,16 @@ TileState<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool 
 inline bool wide_access_disabled() {
   static const bool off = [] {
     const char* env = std::getenv("PARPRIMS_NO_WIDE_ACCESS");
+    return env != nullptr && env[0] == '1';
+  }();
+  return off;
+}
+
+// PARPRIMS_NO_PACKED_ROWS=1 sends packed sequences to the flat kernel, as before the row loop took
+// them (to measure what it brings).
+inline bool packed_rows_disabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("PARPRIMS_NO_PACKED_ROWS");
     return env != nullptr && env[0] == '1';
   }();
   return off;
@@ -77,20 +88,44 @@ struct Engine {
 
   // The row-loop kernel: a block per row, walking rows in turn (as many blocks as run at once,
   // or one per row); with fewer rows than kRowLoopRowsPerSM per SM, the rows are cut into spans.
-  template <class P>
+  template <class P, bool kPacked>
   void launch_rows(const P& problem, const ScanGeometry& g, const SpanPlan& spans, int64_t resident) const {
-    using K = RowScan<P>;
+    using K = RowScan<P, kPacked>;
     const bool wide = !wide_access_disabled();
     const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
     SpanPlan plan = spans;
     if (plan.count > 1) {
-      plan.totals = allocate_span_totals<typename P::Value>(plan, g.rows);
-      row_scan_kernel<P><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
+      plan.totals = allocate_span_totals<typename K::Carry>(plan, g.rows);
+      row_scan_kernel<P, kPacked><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      scan_span_totals<typename P::Monoid>(plan, g.rows);
+      scan_span_totals<typename K::CarryMonoid>(plan, g.rows);
     }
-    row_scan_kernel<P><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
+    row_scan_kernel<P, kPacked><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  // The row-loop kernel when it fits the shape (rows to fill the GPU, or rows to cut into
+  // spans); false when the flat kernel should take the call.
+  template <class P, bool kPacked>
+  bool try_rows(const P& problem, const ScanGeometry& g) const {
+    using K = RowScan<P, kPacked>;
+    static const int per_sm = blocks_per_sm(row_scan_kernel<P, kPacked>, K::kThreads);
+    const int64_t resident = int64_t{per_sm} * ctx.sm_count;
+    // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits),
+    // and a tile's sequences relative to its first in 32 bits.
+    const bool counts_fit = g.rows * ((g.len + K::kTile - 1) / K::kTile) < (int64_t{1} << 30) &&
+                            g.num_segments() < (int64_t{1} << 31);
+    if (!counts_fit) return false;
+    if (g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len >= K::kMinRowLength) {
+      SpanPlan whole_rows;
+      whole_rows.length = g.len;
+      launch_rows<P, kPacked>(problem, g, whole_rows, resident);
+      return true;
+    }
+    const SpanPlan spans = plan_spans(g.rows, g.len, K::kTile, resident);
+    if (spans.count <= 1) return false;
+    launch_rows<P, kPacked>(problem, g, spans, resident);
+    return true;
   }
 
   template <class T>
@@ -108,19 +143,8 @@ struct Engine {
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     if (g.rows == 0 || g.len == 0) return;
     if (layout.rows_adjacent && g.rows >= kMinColumnRows) return launch_columns(problem, g);
-    if (g.segments.offsets == nullptr) {
-      static const int per_sm = blocks_per_sm(row_scan_kernel<P>, RowScan<P>::kThreads);
-      const int64_t resident = int64_t{per_sm} * ctx.sm_count;
-      // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits).
-      const bool counts_fit = g.rows * ((g.len + RowScan<P>::kTile - 1) / RowScan<P>::kTile) < (int64_t{1} << 30);
-      if (counts_fit && g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len >= RowScan<P>::kMinRowLength) {
-        SpanPlan whole_rows;
-        whole_rows.length = g.len;
-        return launch_rows(problem, g, whole_rows, resident);
-      }
-      const SpanPlan spans = plan_spans(g.rows, g.len, RowScan<P>::kTile, resident);
-      if (counts_fit && spans.count > 1) return launch_rows(problem, g, spans, resident);
-    }
+    const bool packed = g.segments.offsets != nullptr;
+    if (packed ? !packed_rows_disabled() && try_rows<P, true>(problem, g) : try_rows<P, false>(problem, g)) return;
     using K = FlatScan<P>;
     const int64_t total = g.rows * g.len;
     const int64_t tiles = (total + K::kTile - 1) / K::kTile;

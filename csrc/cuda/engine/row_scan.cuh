@@ -1,36 +1,71 @@
-// The row-loop kernel: when there are enough rows to fill the GPU and no packed sequences cut
-// them, a block owns whole rows and walks each tile by tile, every thread holding the row's
-// running carry. Nothing crosses blocks, so there is no look-back state, no tile counter and
-// no segmented lift (the only segment head is the row's first position), and the result is
-// the same on every run (deterministic by construction).
+// The row-loop kernel: when there are enough rows to fill the GPU (or rows long enough to cut
+// into spans), a block owns whole rows and walks each tile by tile, every thread holding the
+// row's running carry. Nothing crosses blocks, so there is no look-back state and no tile
+// counter, and the result is the same on every run (deterministic by construction).
 //
 // A block keeps two tiles of loads in flight: the next tile's loads are issued into registers
 // before the current tile's block scan, so the barrier and the shuffles of one tile overlap
 // the memory latency of the next.
+//
+// Rows cut by packed sequences (`kPacked`) take the same walk. Before scanning a tile, the
+// block marks the tile's sequence starts and ends in shared bit masks: thread i reads the
+// bounds of the tile's i-th sequence (one coalesced round of offsets for up to kThreads
+// sequences a tile), starting from the sequence that holds the tile's first position, which
+// the previous tile's marking found (a warp's search at the start of a row or span). Each
+// thread then takes its items' bits with one shared load; the block scan runs on lifted values
+// (a start inside a thread's run resets its sum), and the carry between tiles and spans
+// remembers whether a sequence started (spans.cuh scans the span totals with the same lift).
+// No thread searches the offsets and no position is tested against them one by one.
 #pragma once
+
+#include <type_traits>
 
 #include "block.cuh"
 #include "policy.cuh"
+#include "segment_search.cuh"
 #include "spans.cuh"
 
 namespace parprims::cuda {
 
-template <class P>
+template <class P, bool kPacked = false>
 struct RowScan {
   using M = typename P::Monoid;
   using Value = typename P::Value;
+  using Seg = Segmented<M>;
+  using Lifted = typename Seg::value_type;
+  // What passes from tile to tile and span to span: the running value, and with packed
+  // sequences whether one started in what it covers.
+  using CarryMonoid = std::conditional_t<kPacked, Seg, M>;
+  using Carry = typename CarryMonoid::value_type;
   using Policy = RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
   static constexpr int kMinRowLength = Policy::kMinRowLength;
-  using Scan = BlockScan<M, kThreads>;
-  static constexpr int kMinBlocksPerSM = Policy::kMinBlocksPerSM;
+  using Scan = BlockScan<CarryMonoid, kThreads>;
+  // The packed instance holds more per thread (the sequence walk's state, a tile's bounds
+  // loaded ahead): a quarter fewer blocks an SM, so that it does not spill.
+  static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
+  static_assert(32 % kItems == 0 && kTile % 32 == 0, "a thread's items take bits of one mask word");
+
+  // The packed sequences of one tile (kPacked): bit masks of the positions that start and end
+  // a sequence (sequences without positions are skipped, as everywhere in the engine), the
+  // sequence at each marked position (counted from `first`, the one holding the tile's first
+  // position), and the sequence holding the next tile's first position.
+  struct TileSegments {
+    uint32_t heads[kTile / 32];
+    uint32_t lasts[kTile / 32];
+    uint32_t segment[kTile];
+    int64_t next_first;
+  };
+  struct NoSegments {};
 
   struct SharedStorage {
-    // Two, used alternately: a tile's warp totals are written while slower threads may still
-    // read the previous tile's, and one barrier per tile then suffices.
+    // Two of each, used alternately: a tile's are written while slower threads may still read
+    // the previous tile's, and one barrier per tile then suffices.
     typename Scan::Storage scan[2];
+    std::conditional_t<kPacked, TileSegments, NoSegments> segments[2];
+    int64_t unit_first;  // kPacked: the sequence holding a unit's first position
   };
 
   // The kItems values of the run that starts at logical position `pos` of the row (identity
@@ -95,6 +130,113 @@ struct RowScan {
     return M::combine(carry, tile_total);
   }
 
+  // ---- packed sequences (kPacked) ----
+
+  // The bounds of sequence `k` as stored in the offsets (logical order: reversed rows read
+  // them from the end). A tile's first round of bounds is loaded a tile ahead, so that the
+  // loads' latency hides behind the current tile's scan; `clamp` turns them into positions.
+  struct RawBounds {
+    int64_t lo = 0, hi = 0;
+  };
+  static __device__ __forceinline__ RawBounds load_bounds(const ScanGeometry& g, int64_t k) {
+    const int64_t n = g.num_segments();
+    if (k >= n) return {};
+    if (!g.reverse) return {g.segments.raw(k), g.segments.raw(k + 1)};
+    return {g.len - g.segments.raw(n - k), g.len - g.segments.raw(n - k - 1)};
+  }
+  static __device__ __forceinline__ void clamp(const ScanGeometry& g, const RawBounds& raw, int64_t& lo, int64_t& hi) {
+    lo = max(int64_t(0), min(g.len, raw.lo));
+    hi = max(lo, min(g.len, raw.hi));
+  }
+
+  // Zeroes the bit masks of `ts` (before its tile is marked; a barrier must separate this from
+  // the marking).
+  static __device__ __forceinline__ void clear_marks(TileSegments& ts) {
+    for (int i = threadIdx.x; i < kTile / 32; i += kThreads) {
+      ts.heads[i] = 0;
+      ts.lasts[i] = 0;
+    }
+  }
+
+  // Marks the starts and ends of the sequences in the tile at logical position `begin`, from
+  // `first`, the sequence holding `begin`: thread i takes sequence first + i (its bounds in
+  // `round0`, loaded ahead), then first + kThreads + i, ... while sequences still start inside
+  // the tile, and records the one holding the next tile's first position. The masks must be
+  // clear. Ends with a barrier.
+  static __device__ __forceinline__ void mark_segments(TileSegments& ts, const ScanGeometry& g, int64_t first,
+                                                       int64_t begin, const RawBounds& round0) {
+    const int64_t end = begin + kTile < g.len ? begin + kTile : g.len;
+    const int64_t last_segment = g.num_segments() - 1;
+    for (int64_t k = first + threadIdx.x;; k += kThreads) {
+      bool more = false;
+      if (k <= last_segment) {
+        int64_t lo, hi;
+        clamp(g, k - first < kThreads ? round0 : load_bounds(g, k), lo, hi);
+        const uint32_t relative = static_cast<uint32_t>(k - first);
+        if (lo >= begin && lo < end) {  // lo < hi: starts of sequences without positions are not marked
+          if (lo < hi) {
+            atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));
+            ts.segment[lo - begin] = relative;
+          }
+        }
+        if (lo < hi && hi > begin && hi <= end) {
+          atomicOr(&ts.lasts[(hi - 1 - begin) / 32], 1u << ((hi - 1 - begin) % 32));
+          ts.segment[hi - 1 - begin] = relative;  // the same sequence as a start there, if any
+        }
+        if (lo <= end && end < hi) ts.next_first = k;
+        // The next sequence starts at hi: another round if it starts inside or at the tile's end.
+        more = threadIdx.x == kThreads - 1 && k < last_segment && hi <= end;
+      }
+      if (!__syncthreads_or(more)) break;
+    }
+  }
+
+  // The bits of this thread's items in a tile's mask.
+  static __device__ __forceinline__ uint32_t item_bits(const uint32_t* mask, int at) {
+    constexpr uint32_t kBits = kItems == 32 ? ~0u : (1u << kItems) - 1;
+    return (mask[at / 32] >> (at % 32)) & kBits;
+  }
+
+  // One tile of a row cut by packed sequences (marked in `ts`): scans `values` in place into
+  // outputs, given the carry of the tiles before it; returns the carry after it.
+  // (The summary pass stores no final state: it starts where the full pass does not.)
+  static __device__ __forceinline__ Carry scan_packed_tile(typename Scan::Storage& storage, const TileSegments& ts,
+                                                           int64_t first, const P& problem, const ScanGeometry& g,
+                                                           int64_t row, bool summary, Carry carry,
+                                                           Value (&values)[kItems]) {
+    const int at = threadIdx.x * kItems;
+    const uint32_t heads = item_bits(ts.heads, at);
+    const uint32_t lasts = item_bits(ts.lasts, at);
+    const int64_t last_segment = g.num_segments() - 1;
+    const auto segment = [&](int k) {  // physical; clamped, so that invalid offsets stay in bounds
+      const int64_t logical = first + ts.segment[at + k];
+      return g.physical_segment(logical < last_segment ? logical : last_segment);
+    };
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if ((heads >> k) & 1u) values[k] = problem.at_head(values[k], row, segment(k));
+    }
+    Lifted thread_total{values[0], (heads & 1u) != 0};
+#pragma unroll
+    for (int k = 1; k < kItems; ++k) thread_total = Seg::combine(thread_total, Lifted{values[k], ((heads >> k) & 1u) != 0});
+    Lifted tile_total;
+    const Lifted prefix = Scan::exclusive(storage, thread_total, tile_total);
+    Value running = Seg::combine(carry, prefix).value;
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      Value exclusive = running;
+      if ((heads >> k) & 1u) {
+        exclusive = problem.exclusive_head(row, segment(k));
+        running = values[k];
+      } else {
+        running = M::combine(running, values[k]);
+      }
+      if (!summary && ((lasts >> k) & 1u)) problem.store_final(row, segment(k), running);
+      values[k] = g.exclusive ? exclusive : running;
+    }
+    return Seg::combine(carry, tile_total);
+  }
+
   // A block's units of work are spans of rows, numbered span * rows + row (a row not cut into
   // spans is one unit); a unit's number is also where its span total goes (spans.cuh).
   // Rows, units and tiles of a row count in 32 bits (engine.cuh sends larger counts to the flat
@@ -116,10 +258,32 @@ struct RowScan {
   }
   // The carry entering a unit: nothing at a row's start and in the summary pass; in the full
   // pass, the carry out of the span before (span_carry_kernel's result).
-  static __device__ __forceinline__ Value entering_carry(const ScanGeometry& g, const SpanPlan& spans, int64_t unit,
+  static __device__ __forceinline__ Carry entering_carry(const ScanGeometry& g, const SpanPlan& spans, int64_t unit,
                                                         bool summary) {
-    if (summary || unit < g.rows) return M::identity();
-    return static_cast<const Words<Value>*>(spans.totals)[unit - g.rows].value;
+    if (summary || unit < g.rows) return CarryMonoid::identity();
+    return static_cast<const Words<Carry>*>(spans.totals)[unit - g.rows].value;
+  }
+
+  // Packed: the sequence holding the first position the unit walks, found by warp 0 and handed
+  // to every thread (a barrier: called by the whole block). The summary pass needs a span's
+  // carry only from its last sequence start on (a start cuts off everything before it), so it
+  // finds the sequence holding the span's last position and walks from that sequence's start.
+  static __device__ __forceinline__ int64_t enter_unit(SharedStorage& smem, const ScanGeometry& g, Unit& at,
+                                                       bool summary) {
+    const int64_t end = int64_t{at.end_tile} * kTile < g.len ? int64_t{at.end_tile} * kTile : g.len;
+    const int64_t pos = summary ? end - 1 : int64_t{at.tile} * kTile;
+    if (threadIdx.x < 32) {
+      int64_t found[2];
+      warp_find_segments(g, {pos, pos}, found);
+      if (threadIdx.x == 0) smem.unit_first = found[0];
+    }
+    __syncthreads();
+    const int64_t first = smem.unit_first;
+    if (summary) {
+      const int64_t start = clamped_start(g, first);
+      if (start > int64_t{at.tile} * kTile) at.tile = static_cast<int32_t>(start / kTile);
+    }
+    return first;
   }
 
   // The block walks units blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs
@@ -134,10 +298,21 @@ struct RowScan {
     int32_t unit = blockIdx.x;
     if (unit >= units) return;
     Unit at = locate(g, spans, unit, tiles_per_row);
+    // kPacked: the sequence holding the current tile's first position, and the bounds of the
+    // tile's first round of sequences.
+    [[maybe_unused]] int64_t first = 0;
+    [[maybe_unused]] RawBounds round0;
+    if constexpr (kPacked) {
+      clear_marks(smem.segments[0]);
+      clear_marks(smem.segments[1]);
+      if (threadIdx.x == 0) smem.segments[0].next_first = smem.segments[1].next_first = 0;
+      first = enter_unit(smem, g, at, summary);  // its barrier orders the clearing
+      round0 = load_bounds(g, first + threadIdx.x);
+    }
     auto cursor = problem.cursor(at.row);
     Value current[kItems], next[kItems];
     load(problem, g, cursor, int64_t{at.tile} * kTile + offset, wide, current);
-    Value carry = entering_carry(g, spans, unit, summary);
+    Carry carry = entering_carry(g, spans, unit, summary);
     for (int parity = 0;; parity ^= 1) {
       int32_t next_unit = unit;
       Unit next_at{at.row, at.tile + 1, at.end_tile};
@@ -149,13 +324,31 @@ struct RowScan {
       const auto next_cursor = next_at.row == at.row ? cursor : problem.cursor(more ? next_at.row : at.row);
       if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       const int64_t pos = int64_t{at.tile} * kTile + offset;
-      carry = scan_tile(smem.scan[parity], problem, g, at.row, pos, carry, current);
+      if constexpr (kPacked) {
+        TileSegments& ts = smem.segments[parity];
+        mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
+        // The other masks were last read in the previous tile, before the barrier just passed;
+        // the block scan's barrier separates their clearing from the next tile's marking.
+        clear_marks(smem.segments[parity ^ 1]);
+        const int64_t next_first = ts.next_first;
+        round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
+        carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
+        first = next_first;
+      } else {
+        carry = scan_tile(smem.scan[parity], problem, g, at.row, pos, carry, current);
+      }
       if (!summary) store(problem, g, cursor, pos, wide, current);
       if (next_unit != unit) {
-        if (summary && threadIdx.x == 0) static_cast<Words<Value>*>(spans.totals)[unit].value = carry;
+        if (summary && threadIdx.x == 0) static_cast<Words<Carry>*>(spans.totals)[unit].value = carry;
         if (!more) break;
         carry = entering_carry(g, spans, next_unit, summary);
         unit = next_unit;
+        if constexpr (kPacked) {
+          const int32_t planned = next_at.tile;
+          first = enter_unit(smem, g, next_at, summary);
+          round0 = load_bounds(g, first + threadIdx.x);
+          if (next_at.tile != planned) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
+        }
       }
       at = next_at;
       cursor = next_cursor;
@@ -165,10 +358,10 @@ struct RowScan {
   }
 };
 
-template <class P>
-__global__ void __launch_bounds__(RowScan<P>::kThreads, RowScan<P>::kMinBlocksPerSM)
+template <class P, bool kPacked>
+__global__ void __launch_bounds__(RowScan<P, kPacked>::kThreads, RowScan<P, kPacked>::kMinBlocksPerSM)
     row_scan_kernel(const P problem, const ScanGeometry g, bool wide, const SpanPlan spans, bool summary) {
-  RowScan<P>::run(problem, g, wide, spans, summary);
+  RowScan<P, kPacked>::run(problem, g, wide, spans, summary);
 }
 
 }  // namespace parprims::cuda
