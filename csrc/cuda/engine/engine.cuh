@@ -122,7 +122,7 @@ struct Engine {
       launch_rows<P, kPacked>(problem, g, whole_rows, resident);
       return true;
     }
-    const SpanPlan spans = plan_spans(g.rows, g.len, K::kTile, resident);
+    const SpanPlan spans = plan_spans(g.rows, g.len, K::kTile, resident, kPacked ? kPackedSpanWaves : kSpanWaves);
     if (spans.count <= 1) return false;
     launch_rows<P, kPacked>(problem, g, spans, resident);
     return true;

@@ -73,6 +73,11 @@ constexpr double kSpanFreeSlotsFraction = 0.5;
 // Spans give the GPU about this many waves of blocks (fewer if spans would get shorter than
 // kMinSpanTiles tiles: each span's first tile waits for its loads unhidden).
 constexpr int kSpanWaves = 4;
+// Rows cut by packed sequences take one wave of spans: their summary pass walks a span only from
+// its last sequence start, so a span costs it a search of the offsets more than its positions,
+// and fewer, longer spans cost less (H200, 2^26 float32 in 2^16 sequences: 0.337 ms with four
+// waves, 0.277 ms with one; benchmarks/NOTES.md).
+constexpr int kPackedSpanWaves = 1;
 constexpr int kMinSpanTiles = 4;
 
 // The column kernel gives each lane its own row; with fewer rows than a block's 32 some

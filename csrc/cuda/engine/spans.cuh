@@ -27,15 +27,16 @@ struct SpanPlan {
 };
 
 // The spans for `units` blocks' worth of rows of `len` positions, on a GPU that runs `resident`
-// blocks at once: none (one span) when the units fill `kSpanFreeSlotsFraction` of the slots
-// over their waves, or when rows are too short to cut.
-inline SpanPlan plan_spans(int64_t units, int64_t len, int64_t tile_length, int64_t resident) {
+// blocks at once (about `span_waves` spans a block): none (one span) when the units fill
+// `kSpanFreeSlotsFraction` of the slots over their waves, or when rows are too short to cut.
+inline SpanPlan plan_spans(int64_t units, int64_t len, int64_t tile_length, int64_t resident,
+                           int span_waves = kSpanWaves) {
   SpanPlan plan;
   plan.length = len;
   const int64_t waves = (units + resident - 1) / resident;
   if (static_cast<double>(units) >= kSpanFreeSlotsFraction * static_cast<double>(waves * resident)) return plan;
   const int64_t tiles = (len + tile_length - 1) / tile_length;
-  int64_t spans = (kSpanWaves * resident + units - 1) / units;
+  int64_t spans = (span_waves * resident + units - 1) / units;
   if (spans > tiles / kMinSpanTiles) spans = tiles / kMinSpanTiles;
   if (spans <= 1) return plan;
   plan.length = (tiles + spans - 1) / spans * tile_length;
