@@ -173,11 +173,9 @@ struct RowScan {
         int64_t lo, hi;
         clamp(g, k - first < kThreads ? round0 : load_bounds(g, k), lo, hi);
         const uint32_t relative = static_cast<uint32_t>(k - first);
-        if (lo >= begin && lo < end) {  // lo < hi: starts of sequences without positions are not marked
-          if (lo < hi) {
-            atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));
-            ts.segment[lo - begin] = relative;
-          }
+        if (lo < hi && lo >= begin && lo < end) {  // (sequences without positions are not marked)
+          atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));
+          ts.segment[lo - begin] = relative;
         }
         if (lo < hi && hi > begin && hi <= end) {
           atomicOr(&ts.lasts[(hi - 1 - begin) / 32], 1u << ((hi - 1 - begin) % 32));
