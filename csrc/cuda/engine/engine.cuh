@@ -143,8 +143,11 @@ struct Engine {
   void operator()(const P& problem, const ScanGeometry& g, const ScanLayout& layout) const {
     if (g.rows == 0 || g.len == 0) return;
     if (layout.rows_adjacent && g.rows >= kMinColumnRows) return launch_columns(problem, g);
-    const bool packed = g.segments.offsets != nullptr;
-    if (packed ? !packed_rows_disabled() && try_rows<P, true>(problem, g) : try_rows<P, false>(problem, g)) return;
+    if (g.segments.offsets == nullptr) {
+      if (try_rows<P, false>(problem, g)) return;
+    } else if constexpr (kPackedRowLoop<typename P::Value>) {
+      if (!packed_rows_disabled() && try_rows<P, true>(problem, g)) return;
+    }
     using K = FlatScan<P>;
     const int64_t total = g.rows * g.len;
     const int64_t tiles = (total + K::kTile - 1) / K::kTile;

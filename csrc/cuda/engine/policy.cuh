@@ -78,6 +78,12 @@ constexpr int kSpanWaves = 4;
 // and fewer, longer spans cost less (H200, 2^26 float32 in 2^16 sequences: 0.337 ms with four
 // waves, 0.277 ms with one; benchmarks/NOTES.md).
 constexpr int kPackedSpanWaves = 1;
+// The row loop's packed instance is compiled for values of up to 32 bytes (scalars, affine
+// pairs, complex128 pairs, 2 x 2 matrix recurrences); larger ones (4 x 4 and 8 x 8 matrix
+// recurrences, whose kernels spill and cost ptxas the most) keep the flat kernel for packed
+// sequences, as before the packed instance existed.
+template <class Value>
+constexpr bool kPackedRowLoop = sizeof(Value) <= 32;
 constexpr int kMinSpanTiles = 4;
 
 // The column kernel gives each lane its own row; with fewer rows than a block's 32 some
