@@ -132,21 +132,15 @@ struct RowScan {
 
   // ---- packed sequences (kPacked) ----
 
-  // The bounds of sequence `k` as stored in the offsets (logical order: reversed rows read
-  // them from the end). A tile's first round of bounds is loaded a tile ahead, so that the
-  // loads' latency hides behind the current tile's scan; `clamp` turns them into positions.
+  // The bounds of sequence `k` as read from the offsets, not yet clamped (clamp_bounds). A
+  // tile's first round of bounds is loaded a tile ahead, so that the loads' latency hides
+  // behind the current tile's scan.
   struct RawBounds {
     int64_t lo = 0, hi = 0;
   };
   static __device__ __forceinline__ RawBounds load_bounds(const ScanGeometry& g, int64_t k) {
-    const int64_t n = g.num_segments();
-    if (k >= n) return {};
-    if (!g.reverse) return {g.segments.raw(k), g.segments.raw(k + 1)};
-    return {g.len - g.segments.raw(n - k), g.len - g.segments.raw(n - k - 1)};
-  }
-  static __device__ __forceinline__ void clamp(const ScanGeometry& g, const RawBounds& raw, int64_t& lo, int64_t& hi) {
-    lo = max(int64_t(0), min(g.len, raw.lo));
-    hi = max(lo, min(g.len, raw.hi));
+    if (k >= g.num_segments()) return {};
+    return {g.segment_start(k), g.segment_start(k + 1)};
   }
 
   // Zeroes the bit masks of `ts` (before its tile is marked; a barrier must separate this from
@@ -171,7 +165,8 @@ struct RowScan {
       bool more = false;
       if (k <= last_segment) {
         int64_t lo, hi;
-        clamp(g, k - first < kThreads ? round0 : load_bounds(g, k), lo, hi);
+        const RawBounds raw = k - first < kThreads ? round0 : load_bounds(g, k);
+        clamp_bounds(g, raw.lo, raw.hi, lo, hi);
         const uint32_t relative = static_cast<uint32_t>(k - first);
         if (lo < hi && lo >= begin && lo < end) {  // (sequences without positions are not marked)
           atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));

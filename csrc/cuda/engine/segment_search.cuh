@@ -14,9 +14,14 @@ namespace parprims::cuda {
 __device__ __forceinline__ int64_t clamped_start(const ScanGeometry& g, int64_t segment) {
   return max(int64_t(0), min(g.len, g.segment_start(segment)));
 }
+// The same from a segment's start and the next one's as read (g.segment_start of k and k + 1).
+__device__ __forceinline__ void clamp_bounds(const ScanGeometry& g, int64_t start, int64_t next_start,
+                                             int64_t& begin, int64_t& end) {
+  begin = max(int64_t(0), min(g.len, start));
+  end = max(begin, min(g.len, next_start));
+}
 __device__ __forceinline__ void clamped_bounds(const ScanGeometry& g, int64_t segment, int64_t& begin, int64_t& end) {
-  begin = clamped_start(g, segment);
-  end = max(begin, clamped_start(g, segment + 1));
+  clamp_bounds(g, g.segment_start(segment), g.segment_start(segment + 1), begin, end);
 }
 
 // The segments holding positions `pos[0]` and `pos[1]`: for each, the last k with
