@@ -153,6 +153,7 @@ def _affine_setup(ctx, inputs, output):
     a, b, dim, initial_state, offsets, reverse, log_gates = inputs
     ctx.dim, ctx.reverse, ctx.log_gates = dim, reverse, log_gates
     ctx.initial_dtype = None if initial_state is None else initial_state.dtype
+    ctx.set_materialize_grads(False)  # grad_h and grad_final may be None (unused outputs)
     # The one-scan backward reads h_{t-1} from the forward's output.
     h = output[0] if _one_scan_backward(b, offsets) else None
     ctx.save_for_backward(a, b, initial_state, offsets, h)
@@ -204,6 +205,7 @@ torch.library.register_autograd("parprims::affine_scan", _affine_backward, setup
 def _matrix_setup(ctx, inputs, output):
     A, b, dim, initial_state, offsets, reverse = inputs
     ctx.dim, ctx.reverse = dim, reverse
+    ctx.set_materialize_grads(False)  # grad_h and grad_final may be None (unused outputs)
     ctx.save_for_backward(A, b, initial_state, offsets)
 
 

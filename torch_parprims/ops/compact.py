@@ -340,29 +340,38 @@ def _segment_ids_from_offsets_fake(offsets, total):
 # ---- autograd -------------------------------------------------------------------------------
 # compact's backward is _compact_backward (the scan of the mask gives each kept position its
 # slot; the incoming gradient is gathered from there), itself differentiable: its backward is
-# the compaction of the incoming gradient with the same mask and capacity.
+# the compaction of the incoming gradient with the same mask and capacity. The integer outputs
+# (indices, count, offsets) get no gradient, and none is materialized for them: zeros of the
+# indices' size would cost as much as the indices.
 
 
 def _compact_setup_context(ctx, inputs, output):
     x, mask, dim, return_indices = inputs
     ctx.dim = dim
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(mask)
 
 
 def _compact_capacity_setup_context(ctx, inputs, output):
     x, mask, capacity, dim, fill_value, return_indices = inputs
     ctx.dim = dim
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(mask)
 
 
-def _compact_backward(ctx, grad_values, grad_indices):
+def _uncompacted(ctx, grad_values, dim):
+    """The input's gradient: the values' gradient put back at the kept positions (None when the
+    values were not used)."""
     (mask,) = ctx.saved_tensors
-    return _ops._compact_backward(grad_values, mask, ctx.dim), None, None, None
+    return None if grad_values is None else _ops._compact_backward(grad_values, mask, dim)
+
+
+def _compact_backward(ctx, grad_values, grad_indices):
+    return _uncompacted(ctx, grad_values, ctx.dim), None, None, None
 
 
 def _compact_capacity_backward(ctx, grad_values, grad_count, grad_indices):
-    (mask,) = ctx.saved_tensors
-    return _ops._compact_backward(grad_values, mask, ctx.dim), None, None, None, None, None
+    return _uncompacted(ctx, grad_values, ctx.dim), None, None, None, None, None
 
 
 def _uncompact_setup_context(ctx, inputs, output):
@@ -388,12 +397,12 @@ torch.library.register_autograd(
 
 
 def _segmented_compact_setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(inputs[1])
 
 
 def _segmented_compact_backward(ctx, grad_values, grad_offsets):
-    (mask,) = ctx.saved_tensors
-    return _ops._compact_backward(grad_values, mask, 0), None, None, None, None
+    return _uncompacted(ctx, grad_values, 0), None, None, None, None
 
 
 torch.library.register_autograd(

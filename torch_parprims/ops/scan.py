@@ -209,12 +209,15 @@ def _with_indices_setup_context(ctx, inputs, output):
     x, _offsets, dim, _op, _exclusive, _reverse = inputs
     _, index = output
     ctx.mark_non_differentiable(index)
+    ctx.set_materialize_grads(False)  # no int64 zeros of the input's size for the index's gradient
     ctx.dim, ctx.dtype = dim, x.dtype
     ctx.save_for_backward(index)
 
 
 def _with_indices_backward(ctx, grad_values, _grad_index):
     (index,) = ctx.saved_tensors
+    if grad_values is None:
+        return None, None, None, None, None, None
     # Half types add their scattered gradients in float32, as the forward computes.
     grad = grad_values.float() if ctx.dtype in (torch.float16, torch.bfloat16) else grad_values
     return scatter_to_indices(grad, index, ctx.dim).to(ctx.dtype), None, None, None, None, None

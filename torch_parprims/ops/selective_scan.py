@@ -213,6 +213,9 @@ def _state_update_fake(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_s
 def _setup(ctx, inputs, output):
     u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, _ = inputs
     ctx.delta_softplus = delta_softplus
+    # An unused output's gradient stays None: zeros of the checkpoints' size would cost as much
+    # memory as the output itself (the backward handles None for out and last_state).
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state, cu_seqlens, output[2])
 
 
