@@ -151,7 +151,7 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
         return before * (grad + later)
     if op in ("max", "min"):
         _, index = _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)
-        return scatter_to_indices(grad, index, dim)
+        return gather_to_sources(grad, index, dim, exclusive, reverse, offsets)
     if op == "logaddexp":
         # dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so every term stays in log space.
         log_g = torch.log(grad.abs()) - y
@@ -162,11 +162,39 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
     raise ValueError(f"op: unknown scan op {op!r}")
 
 
-def scatter_to_indices(grad, index, dim):
+def gather_to_sources(grad, index, dim, exclusive, reverse, offsets):
     """The gradient of a max/min scan: each output's gradient added to the input position it
-    came from (``index``; -1 where an exclusive scan gave the identity)."""
-    taken = index >= 0
-    return torch.zeros_like(grad).scatter_add(dim, index.clamp(min=0), torch.where(taken, grad, 0))
+    came from (``index``; -1 where an exclusive scan gave the identity).
+
+    The outputs that come from one position form a run in scan order (a source keeps its place
+    until a larger value takes over, and never returns), which starts at the source itself
+    (inclusive) or right after it (exclusive). So the gradient is one affine scan against the
+    scan order with gates 0 before each run start and 1 inside runs: at a run's start it holds
+    the run's sum, which goes to the source. No scatter: no atomics (deterministic), and no
+    contention on the few positions that most outputs of a row share."""
+    if index.dim() == 0:
+        return gather_to_sources(grad.reshape(1), index.reshape(1), 0, exclusive, reverse, offsets).reshape(())
+    n = index.shape[dim]
+    step = -1 if reverse else 1  # from an output to the next one in scan order
+    shape = [1] * index.dim()
+    shape[dim] = n
+    # The index of a run's first output: its own position, or the one before it (an exclusive
+    # scan's identity, -1, is never a source: -2 matches nothing).
+    first = torch.arange(n, device=index.device)
+    if exclusive:
+        first = first - step
+        first = torch.where(first < 0, -2, first)
+    starts = index == first.view(shape)
+    one, zero = torch.ones((), dtype=grad.dtype, device=grad.device), torch.zeros((), dtype=grad.dtype, device=grad.device)
+    # gate t: whether the output after t in scan order continues t's run
+    gates = torch.where(torch.roll(starts, -step, dim), zero, one)
+    run_sums, _ = _ops.affine_scan(gates, grad, dim, None, offsets, not reverse, False)
+    at_starts = torch.where(starts, run_sums, zero)
+    if not exclusive:
+        return at_starts
+    # the run of source s starts one output after s in scan order (a run start is never a
+    # sequence's or the row's first output, so nothing crosses a boundary)
+    return torch.roll(at_starts, -step, dim)
 
 
 def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
@@ -206,21 +234,21 @@ torch.library.register_autograd(
 
 
 def _with_indices_setup_context(ctx, inputs, output):
-    x, _offsets, dim, _op, _exclusive, _reverse = inputs
+    x, offsets, dim, _op, exclusive, reverse = inputs
     _, index = output
     ctx.mark_non_differentiable(index)
+    ctx.exclusive, ctx.reverse = exclusive, reverse
     ctx.set_materialize_grads(False)  # no int64 zeros of the input's size for the index's gradient
     ctx.dim, ctx.dtype = dim, x.dtype
-    ctx.save_for_backward(index)
+    ctx.save_for_backward(index, offsets)
 
 
 def _with_indices_backward(ctx, grad_values, _grad_index):
-    (index,) = ctx.saved_tensors
+    index, offsets = ctx.saved_tensors
     if grad_values is None:
         return None, None, None, None, None, None
-    # Half types add their scattered gradients in float32, as the forward computes.
-    grad = grad_values.float() if ctx.dtype in (torch.float16, torch.bfloat16) else grad_values
-    return scatter_to_indices(grad, index, ctx.dim).to(ctx.dtype), None, None, None, None, None
+    grad = gather_to_sources(grad_values, index, ctx.dim, ctx.exclusive, ctx.reverse, offsets)
+    return grad, None, None, None, None, None
 
 
 torch.library.register_autograd(
