@@ -288,6 +288,30 @@ def test_max_min_backward_uses_the_forwards_indices(op, packed, device):
     assert torch.equal(g, g_op)
 
 
+@pytest.mark.parametrize("op", ("max", "min"))
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("packed", (False, True))
+def test_max_min_gradient_with_ties_and_nans(op, exclusive, reverse, packed, device):
+    """Each output's gradient goes to the element it came from, with many ties (values drawn
+    from three) and NaNs (the first NaN wins): against a float64 scatter to the reference's
+    indices. gradcheck cannot see ties; the backward's runs of equal sources can."""
+    x = torch.randint(0, 3, (5, 700), device=device).to(torch.float32)
+    x[1, 100] = x[3, 650] = float("nan")
+    x.requires_grad_(True)
+    w = torch.randn(5, 700, device=device)
+    offsets = torch.tensor([0, 1, 1, 300, 699, 700], device=device) if packed else None
+    if packed:
+        y = pp.segmented_scan(x, offsets, 1, op, exclusive, reverse)
+    else:
+        y = pp.scan(x, 1, op, exclusive, reverse)
+    (grad,) = torch.autograd.grad(y, x, w)
+    _, index = ref.scan_with_indices(x.detach(), offsets, 1, op, exclusive, reverse)
+    taken = index >= 0
+    want = torch.zeros(5, 700, dtype=torch.float64, device=device)
+    want.scatter_add_(1, index.clamp(min=0), torch.where(taken, w.double(), 0))
+    torch.testing.assert_close(grad.double(), want, rtol=1e-6, atol=1e-4)
+
+
 def test_double_backward_of_max(device):
     x = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
     assert torch.autograd.gradgradcheck(lambda t: pp.scan(t, 1, "max"), (x,))
