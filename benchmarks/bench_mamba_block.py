@@ -135,21 +135,21 @@ def block_runner(block, compiled):
 
 
 def scan_alone_runner(block, batch, length, device, dtype):
-    """The selective scan alone, on inputs laid out as the block gives them (u contiguous;
-    delta, z, B and C transposed views of (batch, L, channels) tensors), gradients to all."""
+    """The selective scan alone, on inputs laid out as the block gives them (time-contiguous:
+    u and delta (batch, d_inner, L); z the second half of a (2 d_inner, batch, L) projection;
+    B and C slices of a (batch, dt_rank + 2N, L) one), gradients to all."""
     d, n = block.d_inner, block.d_state
 
     def leaf(*shape, dt=dtype):
         return torch.randn(*shape, device=device, dtype=dt).requires_grad_()
 
-    u = leaf(batch, d, length)
-    delta, z = leaf(batch, length, d), leaf(batch, length, 2 * d)[..., d:]
-    B, C = leaf(batch, length, n), leaf(batch, length, n)
+    u, delta = leaf(batch, d, length), leaf(batch, d, length)
+    z = leaf(2 * d, batch, length)[d:].transpose(0, 1)
+    B, C = leaf(batch, n, length), leaf(batch, n, length)
     A, D, bias = leaf(d, n, dt=torch.float32), leaf(d, dt=torch.float32), leaf(d, dt=torch.float32)
 
     def run():
-        return pp.selective_scan(u, delta.transpose(1, 2), -torch.exp(A), B.transpose(1, 2), C.transpose(1, 2), D,
-                                 z.transpose(1, 2), bias, True)[0]
+        return pp.selective_scan(u, delta, -torch.exp(A), B, C, D, z, bias, True)[0]
 
     return run
 
