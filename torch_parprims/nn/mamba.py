@@ -27,12 +27,11 @@ def _reference_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial
     return out.to(u.dtype), last.to(_compute_dtype(u.dtype))
 
 
-def _channels_first_linear(weight: Tensor, bias: Optional[Tensor], x: Tensor) -> Tensor:
-    """``(batch, C_in, L)`` -> ``(batch, C_out, L)``, contiguous: ``weight @ x[b] + bias`` for
-    every batch row, as one batched GEMM over the rows with the weight broadcast (its gradient
-    passes through a ``(batch, C_out, C_in)`` sum, small for the narrow projections here)."""
-    out = torch.bmm(weight.expand(x.shape[0], *weight.shape), x)
-    return out if bias is None else out + bias[:, None]
+def _channels_first_linear(weight: Tensor, x: Tensor) -> Tensor:
+    """``(batch, C_in, L)`` -> ``(batch, C_out, L)``, contiguous: ``weight @ x[b]`` for every
+    batch row, as one batched GEMM over the rows with the weight broadcast (its gradient passes
+    through a ``(batch, C_out, C_in)`` sum, small for the narrow projections here)."""
+    return torch.bmm(weight.expand(x.shape[0], *weight.shape), x)
 
 
 class Mamba(nn.Module):
@@ -160,9 +159,9 @@ class Mamba(nn.Module):
     def _ssm_inputs(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """delta ``(batch, d_inner, L)`` (before its bias, which the scan adds) and B, C
         ``(batch, N, L)``, time-contiguous, from the convolution's output x."""
-        x_dbl = _channels_first_linear(self.x_proj.weight, None, x)  # (batch, dt_rank + 2N, L)
+        x_dbl = _channels_first_linear(self.x_proj.weight, x)  # (batch, dt_rank + 2N, L)
         dt, B, C = torch.split(x_dbl, [self.dt_rank, self.d_state, self.d_state], dim=1)
-        return _channels_first_linear(self.dt_proj.weight, None, dt), B, C
+        return _channels_first_linear(self.dt_proj.weight, dt), B, C
 
     def _ssm_params(self, dtype: torch.dtype):
         """A, D and the delta bias in the scan's parameter dtype."""

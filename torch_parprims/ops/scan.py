@@ -239,7 +239,7 @@ def _with_indices_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(index)
     ctx.exclusive, ctx.reverse = exclusive, reverse
     ctx.set_materialize_grads(False)  # no int64 zeros of the input's size for the index's gradient
-    ctx.dim, ctx.dtype = dim, x.dtype
+    ctx.dim = dim
     ctx.save_for_backward(index, offsets)
 
 
