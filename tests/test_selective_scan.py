@@ -587,9 +587,51 @@ def test_selective_scan_compile(s, device):
         assert_close(g, e, scale=magnitude(e) + 1, what=f"grad {name}")
 
 
+# Many channel blocks per group: on Hopper the CUDA backward sums variable dB and dC over
+# clusters of up to 16 blocks of a group's channels (32 channels a block at N = 16, 64 at N = 8,
+# 8 at N = 64): clusters of 16 (dim 512, and 500 with a partial last block), 8 and 2 (groups of
+# 256 and 192 channels), 2 at N = 8, 16 at N = 64; with time segments (one row of 4096 steps)
+# and packed sequences. The reference is the CPU op in float64: another implementation, with no
+# clusters.
+CLUSTER_SAMPLES = [
+    SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(2, 500, 2 * EVERY + 3, 16, "var", D=True, z=True, delta_bias=True, softplus=True),
+    SSSample(2, 512, 70, 16, "group", D=True, z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(2, 384, 70, 16, "group", D=True, delta_bias=True, softplus=True),
+    SSSample(2, 640, 70, 8, "var", D=True, z=True, delta_bias=True, softplus=True),
+    SSSample(1, 128, 70, 64, "var", z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, dtype=torch.bfloat16),
+    SSSample(1, 1024, 4096, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(lengths=(700, 0, 1500, 3, 2300), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+             dim=512, N=16),
+]
+
+
+@pytest.mark.parametrize("s", sample_params(CLUSTER_SAMPLES))
+def test_backward_over_many_channel_blocks(s, device):
+    if not device.startswith("cuda"):
+        pytest.skip("the CPU kernel is the reference here")
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    gout, glast = grad_weights(out), grad_weights(last)
+    grads = torch.autograd.grad((out, last), inputs, (gout, glast))
+    wide = {k: (v.detach().cpu().double() if isinstance(v, torch.Tensor) and v.is_floating_point() else
+                v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    for k in names:
+        wide[k].requires_grad_()
+    rout, rlast = run(wide)
+    ref_grads = torch.autograd.grad((rout, rlast), [wide[k] for k in names], (gout.cpu().double(),
+                                                                               glast.cpu().double()))
+    check_grads(grads, ref_grads, names, inputs)
+
+
 @pytest.mark.parametrize("bc", ("const", "var", "group"))
 def test_backward_is_deterministic(bc, device):
-    s = SSSample(3, 96, 300, 16, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
+    # 512 channels: 16 blocks of 32 (N = 16), summed over clusters on Hopper.
+    s = SSSample(3, 512, 300, 16, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
     args = s.make(device)
     names, inputs = floats(args)
     for x in inputs:

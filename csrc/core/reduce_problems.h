@@ -75,14 +75,18 @@ struct ReduceProblem : ProblemBase<M> {
     }
     return true;
   }
-  // Returns whether the position is kept (not masked out).
   template <int kRows>
-  PP_HD bool load_side_by_side(const Cursor& first, int64_t pos, Value (&values)[kRows]) const {
+  PP_HD void load_side_by_side(const Cursor& first, int64_t pos, Value (&values)[kRows]) const {
     const In* x = in + first.in + pos * in_rows.stride_len;
     const bool kept = mask == nullptr || mask[first.mask + pos * mask_rows.stride_len];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) values[r] = kept ? Traits::element(x[r]) : M::identity();
-    return kept;
+  }
+  // The elements of rows first, first + 1, ... at `pos`, or nullptr where the position is
+  // masked out (a mean's fold: its rows share one count, so it sums the elements alone).
+  PP_HD const In* kept_side_by_side(const Cursor& first, int64_t pos) const {
+    if (mask != nullptr && !mask[first.mask + pos * mask_rows.stride_len]) return nullptr;
+    return in + first.in + pos * in_rows.stride_len;
   }
   // Only segment totals are written.
   PP_HD void store(const Cursor&, int64_t, const Value&) const {}

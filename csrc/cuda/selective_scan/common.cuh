@@ -226,7 +226,8 @@ struct ThreadPlace {
   int channels_here;  // the block's channels that exist (the last block of a group may be partial)
   bool active;        // the thread's channel exists
 
-  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t block_id) {
+  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t launched_block) {
+    const int64_t block_id = s.first_block + launched_block;
     segment = block_id / s.channel_blocks;
     const int64_t block = block_id % s.channel_blocks;
     t_begin = s.segments > 1 ? segment * s.segment_len : 0;
@@ -273,7 +274,7 @@ __device__ __forceinline__ void store_segment_summary(const SelectiveScanParams&
 // segment from the segments' summaries, carry_{k+1} = decay_k * carry_k + state_k from
 // carry_0 = 0 (from the last segment back when `reverse`: the backward's state gradient),
 // written over state_k. A decay of zero (a sequence starts inside the segment) drops the carry
-// even when it is not finite.
+// even when it is not finite. The last segment walked has no summary (nothing follows it).
 template <class Acc>
 __global__ void combine_segments_kernel(Acc* state, const Acc* decay, int64_t segments, int64_t per_segment,
                                         bool reverse) {
@@ -282,9 +283,10 @@ __global__ void combine_segments_kernel(Acc* state, const Acc* decay, int64_t se
     Acc carry = 0;
     for (int64_t k = 0; k < segments; ++k) {
       const int64_t at = (reverse ? segments - 1 - k : k) * per_segment + i;
-      const Acc next = decay[at] == Acc(0) ? state[at] : decay[at] * carry + state[at];
+      const Acc summary = k + 1 < segments ? state[at] : Acc(0);
+      const Acc gates = k + 1 < segments ? decay[at] : Acc(0);
       state[at] = carry;
-      carry = next;
+      carry = gates == Acc(0) ? summary : gates * carry + summary;
     }
   }
 }

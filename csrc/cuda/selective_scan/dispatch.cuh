@@ -62,7 +62,10 @@ void run_time_segments(const LaunchContext& ctx, SelectiveScanShape s, const Sel
     const size_t bytes = static_cast<size_t>(s.segments * per_segment) * sizeof(Acc);
     s.segment_state = ctx.workspace->allocate(bytes);
     s.segment_decay = ctx.workspace->allocate(bytes);
-    summary(s);
+    SelectiveScanShape walked_first = s;  // every segment but the one walked last
+    walked_first.blocks = s.channel_blocks * (s.segments - 1);
+    walked_first.first_block = reverse ? s.channel_blocks : 0;
+    summary(walked_first);
     const int threads = 256;
     const auto grid = static_cast<unsigned>(std::min<int64_t>((per_segment + threads - 1) / threads, 1 << 20));
     combine_segments_kernel<Acc><<<grid, threads, 0, ctx.stream>>>(

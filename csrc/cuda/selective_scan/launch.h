@@ -28,9 +28,13 @@ struct SelectiveScanShape {
   // is cut into `segments` runs of segment_len steps, each walked by its own blocks. A summary
   // pass first gives every segment's end state from zero and the product of its gates (zero
   // past a sequence start), a combine pass turns them into the state entering every segment
-  // (in place of segment_state), and the full pass starts each segment from it.
+  // (in place of segment_state), and the full pass starts each segment from it. The summary
+  // skips the segment walked last (what it would give feeds nothing): it launches
+  // channel_blocks fewer blocks, from first_block (channel_blocks in the backward, which walks
+  // the first segment last).
   int64_t segments = 1;
   int64_t segment_len = 0;        // a multiple of kSegmentAlign; the whole row when segments == 1
+  int64_t first_block = 0;        // the launch's first block in the (segments, channel blocks) order
   void* segment_state = nullptr;  // (segments, batch, dim, N), compute type
   void* segment_decay = nullptr;  // the same
   // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
