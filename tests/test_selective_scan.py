@@ -587,12 +587,12 @@ def test_selective_scan_compile(s, device):
         assert_close(g, e, scale=magnitude(e) + 1, what=f"grad {name}")
 
 
-# Many channel blocks per group: on Hopper the CUDA backward sums variable dB and dC over
-# clusters of up to 16 blocks of a group's channels (32 channels a block at N = 16, 64 at N = 8,
-# 8 at N = 64): clusters of 16 (dim 512, and 500 with a partial last block), 8 and 2 (groups of
-# 256 and 192 channels), 2 at N = 8, 16 at N = 64; with time segments (one row of 4096 steps)
-# and packed sequences. The reference is the CPU op in float64: another implementation, with no
-# clusters.
+# Many channel blocks per group, whose partial sums of variable dB and dC the CUDA backward
+# adds (32 channels a block at N = 16, 64 at N = 8, 8 at N = 64): 16 blocks (dim 512, and 500
+# with a partial last block), 8 and 6 (groups of 256 and 192 channels), 10 at N = 8, 16 at
+# N = 64; with time segments (one row of 4096 steps) and packed sequences. The reference is the
+# CPU op in float64, another implementation, on shapes too large for the float64 loop of
+# `reference.py`.
 CLUSTER_SAMPLES = [
     SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(2, 500, 2 * EVERY + 3, 16, "var", D=True, z=True, delta_bias=True, softplus=True),
@@ -630,7 +630,7 @@ def test_backward_over_many_channel_blocks(s, device):
 
 @pytest.mark.parametrize("bc", ("const", "var", "group"))
 def test_backward_is_deterministic(bc, device):
-    # 512 channels: 16 blocks of 32 (N = 16), summed over clusters on Hopper.
+    # 512 channels: 16 blocks of 32 (N = 16), whose partial sums are added in a fixed order.
     s = SSSample(3, 512, 300, 16, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
     args = s.make(device)
     names, inputs = floats(args)
