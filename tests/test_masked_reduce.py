@@ -75,6 +75,9 @@ def _reduce_samples():
         # Pooling over the middle dim of a bfloat16 batch: 20 features a token are two groups of
         # 8 rows side by side (the CPU's vectorizable loop) and 4 rows alone.
         out.append(S(op=op, mask="broadcast", shape=(2, 33, 20), dim=1, dtype=torch.bfloat16))
+        # The same in float16 (a mean's sums widened one element at a time), and with infinities
+        # that the mask leaves out or keeps.
+        out.append(S(op=op, mask="broadcast", shape=(2, 33, 16), dim=1, dtype=torch.float16, values="inf"))
         out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
         out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
         for dtype in (torch.float16, torch.bfloat16):
