@@ -281,15 +281,22 @@ def check_grads(grads, ref_grads, names, inputs):
                 assert_close(g, r, scale=0, what=f"grad {name}")
 
 
-@pytest.mark.parametrize("s", sample_params(SAMPLES))
-def test_selective_scan_backward_matches_reference(s, device):
-    args = s.make(device)
+def library_grads(args):
+    """The op's gradients for every floating input of ``args`` (made leaves) under random
+    gradients of out and last_state: (names, inputs, grads, gout, glast)."""
     names, inputs = floats(args)
     for x in inputs:
         x.requires_grad_()
     out, last = run(args)
     gout, glast = grad_weights(out), grad_weights(last)
     grads = torch.autograd.grad((out, last), inputs, (gout, glast), allow_unused=True)
+    return names, inputs, grads, gout, glast
+
+
+@pytest.mark.parametrize("s", sample_params(SAMPLES))
+def test_selective_scan_backward_matches_reference(s, device):
+    args = s.make(device)
+    names, inputs, grads, gout, glast = library_grads(args)
     wide = dict(args)
     for k, x in zip(names, inputs):
         wide[k] = x.detach().double().requires_grad_()
@@ -593,7 +600,7 @@ def test_selective_scan_compile(s, device):
 # N = 64; with time segments (one row of 4096 steps) and packed sequences. The reference is the
 # CPU op in float64, another implementation, on shapes too large for the float64 loop of
 # `reference.py`.
-CLUSTER_SAMPLES = [
+MANY_BLOCK_SAMPLES = [
     SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(2, 500, 2 * EVERY + 3, 16, "var", D=True, z=True, delta_bias=True, softplus=True),
     SSSample(2, 512, 70, 16, "group", D=True, z=True, delta_bias=True, softplus=True, init=True),
@@ -607,17 +614,12 @@ CLUSTER_SAMPLES = [
 ]
 
 
-@pytest.mark.parametrize("s", sample_params(CLUSTER_SAMPLES))
+@pytest.mark.parametrize("s", sample_params(MANY_BLOCK_SAMPLES))
 def test_backward_over_many_channel_blocks(s, device):
     if not device.startswith("cuda"):
         pytest.skip("the CPU kernel is the reference here")
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
-    out, last = run(args)
-    gout, glast = grad_weights(out), grad_weights(last)
-    grads = torch.autograd.grad((out, last), inputs, (gout, glast))
+    names, inputs, grads, gout, glast = library_grads(args)
     wide = {k: (v.detach().cpu().double() if isinstance(v, torch.Tensor) and v.is_floating_point() else
                 v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
     for k in names:
