@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "macros.h"
 
@@ -61,6 +62,79 @@ PP_HD bool load_wide(const T* p, T (&out)[N]) {
   return false;
 #endif
 }
+
+// Runs of N elements of T as they were loaded, held until they are used. A kernel that loads
+// the next tile while it works on the current one holds it this way: a half-precision value
+// converted at its load would make the thread wait for the load right there (the conversion
+// reads the loaded register), so the load would overlap nothing. Held as loaded, the
+// registers are not read until `get`. Two layouts, with the same interface:
+//   PackedRun:   the elements packed in 32-bit words, for wide loads (16 bytes fill 4 words);
+//   WidenedRun:  one element a register (a 2-byte load fills its register, zero-extended), for
+//                element loads: packing two of them into a word would read both at once.
+template <class T, int N>
+struct PackedRun {
+  static constexpr int kWords = (N * static_cast<int>(sizeof(T)) + 3) / 4;
+  uint32_t words[kWords];
+
+  // Loads the N elements from `p` in wide accesses; false (nothing loaded) when the address
+  // is not aligned for them, on the host, or for element sizes that do not tile a word.
+  PP_HD bool load_wide(const T* p) {
+#if defined(__CUDA_ARCH__)
+    constexpr int kWide = detail::wide_bytes<N, T>();
+    if constexpr (kWide == 0 || (N * sizeof(T)) % 4 != 0) {
+      return false;
+    } else {
+      using W = typename detail::WideWord<kWide>::type;
+      if (reinterpret_cast<uintptr_t>(p) % kWide != 0) return false;
+      constexpr int kLoads = N * static_cast<int>(sizeof(T)) / kWide;
+      W loaded[kLoads];
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i) loaded[i] = reinterpret_cast<const W*>(p)[i];
+      memcpy(words, loaded, sizeof(loaded));
+      return true;
+    }
+#else
+    (void)p;
+    return false;
+#endif
+  }
+  // (By value: a copy made in registers, so that memcpy does not read memory byte by byte.)
+  PP_HD void set(int k, const T v) { memcpy(reinterpret_cast<char*>(words) + k * sizeof(T), &v, sizeof(T)); }
+  PP_HD T get(int k) const {
+    T v;
+    memcpy(&v, reinterpret_cast<const char*>(words) + k * sizeof(T), sizeof(T));
+    return v;
+  }
+};
+
+template <class T, int N>
+struct WidenedRun {
+  // Elements narrower than a word take a whole one; wider ones are held as they are.
+  using Word = std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2, uint16_t, T>>;
+  static constexpr bool kNarrow = sizeof(T) < 4;
+  std::conditional_t<kNarrow, uint32_t, T> items[N];
+
+  PP_HD bool load_wide(const T*) { return false; }
+  PP_HD void set(int k, const T v) {
+    if constexpr (kNarrow) {
+      Word bits;
+      memcpy(&bits, &v, sizeof(T));
+      items[k] = bits;
+    } else {
+      items[k] = v;
+    }
+  }
+  PP_HD T get(int k) const {
+    if constexpr (kNarrow) {
+      const Word bits = static_cast<Word>(items[k]);
+      T v;
+      memcpy(&v, &bits, sizeof(T));
+      return v;
+    } else {
+      return items[k];
+    }
+  }
+};
 
 template <int N, class T>
 PP_HD bool store_wide(T* p, const T (&in)[N]) {

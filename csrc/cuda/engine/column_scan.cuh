@@ -19,6 +19,7 @@
 // a summary pass, a carry kernel, the full pass).
 #pragma once
 
+#include "held_run.cuh"
 #include "policy.cuh"
 #include "spans.cuh"
 
@@ -101,21 +102,41 @@ struct ColumnScan {
     return pos >= at.end ? 0 : at.end - pos < kSteps ? static_cast<int>(at.end - pos) : kSteps;
   }
 
-  // The kSteps values of the stretch at logical position `pos` (identity past the span's end
-  // and in inactive threads), in scan order.
+  // A thread's stretch between its loads and its use: element loads, one a register
+  // (held_run.cuh).
+  using Held = HeldRun<P, kSteps, WidenedRun>;
+  using HeldSteps = typename Held::Run;
+
+  // Loads the stretch at logical position `pos` (nothing past the span's end or in inactive
+  // threads).
   template <class Cursor>
   static __device__ __forceinline__ void load_stretch(const P& problem, const ScanGeometry& g, const Place& at,
-                                                      const Cursor& cursor, int64_t pos, Value (&values)[kSteps]) {
+                                                      const Cursor& cursor, int64_t pos, HeldSteps& held) {
     if (at.active && pos + kSteps <= at.end) {
       const int64_t first = g.physical_pos(pos);
       const int64_t step = g.reverse ? -1 : 1;
 #pragma unroll
-      for (int k = 0; k < kSteps; ++k) values[k] = problem.load(cursor, first + k * step);
+      for (int k = 0; k < kSteps; ++k) Held::load(problem, cursor, first + k * step, k, held);
       return;
     }
 #pragma unroll
     for (int k = 0; k < kSteps; ++k) {
-      values[k] = at.active && pos + k < at.end ? problem.load(cursor, g.physical_pos(pos + k)) : M::identity();
+      if (at.active && pos + k < at.end) Held::load(problem, cursor, g.physical_pos(pos + k), k, held);
+    }
+  }
+
+  // The values of the stretch loaded at `pos`, in scan order (identity past the span's end
+  // and in inactive threads). The first use of the loaded registers.
+  static __device__ __forceinline__ void values_of(const P& problem, const Place& at, int64_t pos,
+                                                   const HeldSteps& held, Value (&values)[kSteps]) {
+    if (at.active && pos + kSteps <= at.end) {
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) values[k] = Held::value(problem, held, k);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      values[k] = at.active && pos + k < at.end ? Held::value(problem, held, k) : M::identity();
     }
   }
 
@@ -216,8 +237,10 @@ struct ColumnScan {
     int64_t pos = at.begin + offset;
     ColumnWalker walker;
     walker.seek(g, pos < g.len ? pos : g.len - 1);
-    Value current[kSteps], next[kSteps];
-    load_stretch(problem, g, at, cursor, pos, current);
+    Value current[kSteps];
+    HeldSteps next;
+    load_stretch(problem, g, at, cursor, pos, next);
+    values_of(problem, at, pos, next, current);
     for (int parity = 0;; parity ^= 1) {
       const int64_t next_pos = pos + kTileLength;
       const bool more = next_pos - offset < at.end;
@@ -245,8 +268,7 @@ struct ColumnScan {
       if (!kPrefetch) load_stretch(problem, g, at, cursor, next_pos, next);
       walker.advance(g, next_pos < g.len ? next_pos : g.len - 1);
       pos = next_pos;
-#pragma unroll
-      for (int k = 0; k < kSteps; ++k) current[k] = next[k];
+      values_of(problem, at, pos, next, current);
     }
     return carry;
   }

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "block.cuh"
+#include "held_run.cuh"
 #include "policy.cuh"
 #include "segment_search.cuh"
 #include "spans.cuh"
@@ -68,24 +69,40 @@ struct RowScan {
     int64_t unit_first;  // kPacked: the sequence holding a unit's first position
   };
 
-  // The kItems values of the run that starts at logical position `pos` of the row (identity
-  // past its end), in scan order.
+  // A thread's run of kItems positions between its loads and its use (held_run.cuh).
+  using Held = HeldRun<P, kItems>;
+  using HeldItems = typename Held::Run;
+
+  // Loads the run that starts at logical position `pos` of the row (nothing past its end).
   template <class Cursor>
   static __device__ __forceinline__ void load(const P& problem, const ScanGeometry& g, const Cursor& cursor,
-                                              int64_t pos, bool wide, Value (&values)[kItems]) {
+                                              int64_t pos, bool wide, HeldItems& held) {
     if (pos + kItems <= g.len) {
       const int64_t lo = g.reverse ? g.len - pos - kItems : pos;  // physical
-      if (!(wide && problem.template load_run<kItems>(cursor, lo, values))) {
+      if (!(wide && Held::load_run(problem, cursor, lo, held))) {
 #pragma unroll
-        for (int k = 0; k < kItems; ++k) values[k] = problem.load(cursor, lo + k);
+        for (int k = 0; k < kItems; ++k) Held::load(problem, cursor, lo + k, k, held);
       }
-      if (g.reverse) reverse_items(values);
       return;
     }
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      values[k] = pos + k < g.len ? problem.load(cursor, g.physical_pos(pos + k)) : M::identity();
+      if (pos + k < g.len) Held::load(problem, cursor, g.physical_pos(pos + k), k, held);
     }
+  }
+
+  // The values of the run loaded by `load` at `pos`, in scan order (identity past the row's
+  // end). The first use of the loaded registers: a thread waits for its loads here.
+  static __device__ __forceinline__ void values_of(const P& problem, const ScanGeometry& g, int64_t pos,
+                                                   const HeldItems& held, Value (&values)[kItems]) {
+    if (pos + kItems <= g.len) {
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) values[k] = Held::value(problem, held, k);
+      if (g.reverse) reverse_items(values);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) values[k] = pos + k < g.len ? Held::value(problem, held, k) : M::identity();
   }
 
   // Writes the outputs of the run at `pos` (inclusive or exclusive values, in scan order).
@@ -303,8 +320,10 @@ struct RowScan {
       round0 = load_bounds(g, first + threadIdx.x);
     }
     auto cursor = problem.cursor(at.row);
-    Value current[kItems], next[kItems];
-    load(problem, g, cursor, int64_t{at.tile} * kTile + offset, wide, current);
+    Value current[kItems];
+    HeldItems next;
+    load(problem, g, cursor, int64_t{at.tile} * kTile + offset, wide, next);
+    values_of(problem, g, int64_t{at.tile} * kTile + offset, next, current);
     Carry carry = entering_carry(g, spans, unit, summary);
     for (int parity = 0;; parity ^= 1) {
       int32_t next_unit = unit;
@@ -345,8 +364,7 @@ struct RowScan {
       }
       at = next_at;
       cursor = next_cursor;
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) current[k] = next[k];
+      values_of(problem, g, int64_t{at.tile} * kTile + offset, next, current);
     }
   }
 };
