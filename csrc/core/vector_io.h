@@ -38,22 +38,24 @@ constexpr int wide_bytes() {
   constexpr int total = N * static_cast<int>(sizeof(T));
   return total % 16 == 0 ? 16 : total % 8 == 0 ? 8 : total % 4 == 0 ? 4 : 0;
 }
-}  // namespace detail
 
+// Reads the N consecutive T at `p` in accesses of wide_bytes<N, T>() into the N * sizeof(T)
+// bytes at `out`; false (nothing read) when `p` is not aligned for them, for sizes without a
+// wide access, and on the host.
 template <int N, class T>
-PP_HD bool load_wide(const T* p, T (&out)[N]) {
+PP_HD bool load_wide_bytes(const T* p, void* out) {
 #if defined(__CUDA_ARCH__)
-  constexpr int kWide = detail::wide_bytes<N, T>();
+  constexpr int kWide = wide_bytes<N, T>();
   if constexpr (kWide == 0) {
     return false;
   } else {
-    using W = typename detail::WideWord<kWide>::type;
+    using W = typename WideWord<kWide>::type;
     if (reinterpret_cast<uintptr_t>(p) % kWide != 0) return false;
     constexpr int kWords = N * static_cast<int>(sizeof(T)) / kWide;
     W words[kWords];
 #pragma unroll
     for (int i = 0; i < kWords; ++i) words[i] = reinterpret_cast<const W*>(p)[i];
-    memcpy(static_cast<void*>(out), words, sizeof(words));
+    memcpy(out, words, sizeof(words));
     return true;
   }
 #else
@@ -61,6 +63,12 @@ PP_HD bool load_wide(const T* p, T (&out)[N]) {
   (void)out;
   return false;
 #endif
+}
+}  // namespace detail
+
+template <int N, class T>
+PP_HD bool load_wide(const T* p, T (&out)[N]) {
+  return detail::load_wide_bytes<N>(p, static_cast<void*>(out));
 }
 
 // Runs of N elements of T as they were loaded, held until they are used. A kernel that loads
@@ -79,24 +87,11 @@ struct PackedRun {
   // Loads the N elements from `p` in wide accesses; false (nothing loaded) when the address
   // is not aligned for them, on the host, or for element sizes that do not tile a word.
   PP_HD bool load_wide(const T* p) {
-#if defined(__CUDA_ARCH__)
-    constexpr int kWide = detail::wide_bytes<N, T>();
-    if constexpr (kWide == 0 || (N * sizeof(T)) % 4 != 0) {
+    if constexpr ((N * sizeof(T)) % 4 != 0) {
       return false;
     } else {
-      using W = typename detail::WideWord<kWide>::type;
-      if (reinterpret_cast<uintptr_t>(p) % kWide != 0) return false;
-      constexpr int kLoads = N * static_cast<int>(sizeof(T)) / kWide;
-      W loaded[kLoads];
-#pragma unroll
-      for (int i = 0; i < kLoads; ++i) loaded[i] = reinterpret_cast<const W*>(p)[i];
-      memcpy(words, loaded, sizeof(loaded));
-      return true;
+      return detail::load_wide_bytes<N>(p, static_cast<void*>(words));
     }
-#else
-    (void)p;
-    return false;
-#endif
   }
   // (By value: a copy made in registers, so that memcpy does not read memory byte by byte.)
   PP_HD void set(int k, const T v) { memcpy(reinterpret_cast<char*>(words) + k * sizeof(T), &v, sizeof(T)); }
