@@ -151,7 +151,11 @@ def _samples():
             S((2, 150, 1100), -1, "1x", dtype=torch.bfloat16, init="state", reverse=True),
             S((280, 1030), -1, dtype=torch.float64, init="state", exclusive=True),
             S((270, 600), -1, dtype=torch.complex64, init="state", reverse=True),
-            S((300, 1500), -1, init="none", view="step")]
+            S((300, 1500), -1, init="none", view="step"),
+            # Half inputs held as loaded until used (rows whose starts are 16-byte aligned or
+            # not, a ragged last tile, log gates exponentiated at the use).
+            S((300, 2100), -1, dtype=torch.float16, init="state", reverse=True, log_gates=True),
+            S((300, 2048), -1, dtype=torch.bfloat16, init="state", log_gates=True)]
     # Long strided time with few channels: the CUDA column kernel cuts each row into spans (a
     # summary pass, then the full pass from the spans' totals); 40 and 17 channels leave the
     # last block of 16 or 32 partial, and packed sequences cross the spans' boundaries.

@@ -114,6 +114,8 @@ def _samples():
                                 ("mul", torch.float64, (False, True))):
         out.append(S((300, 2049), -1, op, dtype, exclusive=ex, reverse=rv))
     out.append(S((300, 1500), -1, "add", view="step", reverse=True))
+    # Half inputs in the row loop, every row's start aligned for wide loads.
+    out.append(S((300, 2048), -1, "max", torch.float16, reverse=True))
     # torch.compile samples.
     out.append(S((4, 37), 1, "mul", torch.float64, compile=True))
     out.append(S((37, 4), 0, "logaddexp", torch.float32, reverse=True, compile=True))
