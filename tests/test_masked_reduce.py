@@ -78,6 +78,9 @@ def _reduce_samples():
         # The same in float16 (a mean's sums widened one element at a time), and with infinities
         # that the mask leaves out or keeps.
         out.append(S(op=op, mask="broadcast", shape=(2, 33, 16), dim=1, dtype=torch.float16, values="inf"))
+        # Wider tokens in float32: 72 and 96 features, 9 and 12 groups of 8 rows side by side.
+        out.append(S(op=op, mask="broadcast", shape=(2, 33, 72), dim=1))
+        out.append(S(op=op, mask="broadcast", shape=(2, 21, 96), dim=1))
         out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
         out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
         for dtype in (torch.float16, torch.bfloat16):

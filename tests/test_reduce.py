@@ -67,6 +67,8 @@ def _segment_samples():
             out.append(S(op=op, values=values, features=(4,)))
         for dtype in (torch.float16, torch.bfloat16):
             out.append(S(op=op, dtype=dtype, features=(3,)))
+        # 100 features side by side: on the CPU, twelve groups of 8 rows, then 4 rows alone.
+        out.append(S(op=op, features=(100,), dtype=torch.bfloat16 if op == "mean" else torch.float32))
     for op in INT_OPS:
         for dtype in (torch.int32, torch.int64, torch.bool):
             out.append(S(op=op, dtype=dtype, features=(2,)))
