@@ -39,6 +39,9 @@ struct ProblemBase {
   static constexpr bool kReductionOnly = false;
   // Runs loaded ahead of their use are held as loaded (RawRun), not as values.
   static constexpr bool kHoldsRawRuns = false;
+  // A run holds more than its values (neighbours in time, inputs its store reads): kernels
+  // that cap registers to fit more blocks on an SM leave such problems more of them.
+  static constexpr bool kNeedsMoreRegisters = false;
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}

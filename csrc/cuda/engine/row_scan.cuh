@@ -38,7 +38,7 @@ struct RowScan {
   // sequences whether one started in what it covers.
   using CarryMonoid = std::conditional_t<kPacked, Seg, M>;
   using Carry = typename CarryMonoid::value_type;
-  using Policy = RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>>;
+  using Policy = RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>, P::kNeedsMoreRegisters>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
