@@ -131,6 +131,7 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
   // A run reads a, grad_h and h, each with a neighbour (H200, (8, 2048, 4096) float32: capped
   // at 96 registers it spilled 284 bytes a thread and took 0.665 ms; at 128, 0.494 ms).
   static constexpr bool kNeedsMoreRegisters = true;
+  static constexpr bool kStoreReadsInputs = true;
   const In* a = nullptr;
   const In* grad_h = nullptr;
   const In* h = nullptr;                // the forward's output
@@ -180,6 +181,23 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
     if (log_gates) da = da * conj_any(gate(c, pos));
     grad_a[c.grad_a + pos * grad_a_rows.stride_len] = static_cast<In>(da);
     grad_b[c.grad_b + pos * grad_b_rows.stride_len] = static_cast<In>(v.b);
+  }
+  // The positions first + k * step: every h_{t-1} (and gate) read before the first store.
+  template <int N>
+  PP_HD void store_steps(const Cursor& c, int64_t first, int64_t step, const Value (&values)[N]) const {
+    C factor[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) factor[k] = conj_any(h_before(c, first + k * step));
+    if (log_gates) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) factor[k] = factor[k] * conj_any(gate(c, first + k * step));
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int64_t pos = first + k * step;
+      grad_a[c.grad_a + pos * grad_a_rows.stride_len] = static_cast<In>(values[k].b * factor[k]);
+      grad_b[c.grad_b + pos * grad_b_rows.stride_len] = static_cast<In>(values[k].b);
+    }
   }
 
   // Element i's neighbour in a run: element i + 1 if `higher`, else i - 1 (clamped to the run;

@@ -42,6 +42,11 @@ struct ProblemBase {
   // A run holds more than its values (neighbours in time, inputs its store reads): kernels
   // that cap registers to fit more blocks on an SM leave such problems more of them.
   static constexpr bool kNeedsMoreRegisters = false;
+  // store() reads inputs (affine_scan's backward reads h_{t-1}). Kernels that store a run
+  // element by element then hand it over whole, store_steps<N>(cursor, first, step, values) at
+  // positions first + k * step, so that its loads go out together: one by one, each load
+  // waits behind the stores before it (they might alias), a memory round trip an element.
+  static constexpr bool kStoreReadsInputs = false;
   PP_HD Value at_head(const Value& v, int64_t /*row*/, int64_t /*segment*/) const { return v; }
   PP_HD Value exclusive_head(int64_t /*row*/, int64_t /*segment*/) const { return M::identity(); }
   PP_HD void store_final(int64_t /*row*/, int64_t /*segment*/, const Value& /*v*/) const {}

@@ -178,6 +178,19 @@ struct ColumnScan {
     return total;
   }
 
+  // Writes a whole stretch's outputs, at first, first + step, ...: in one call for problems
+  // whose store reads inputs (kStoreReadsInputs: their loads then go out together).
+  template <class Cursor>
+  static __device__ __forceinline__ void store_steps(const P& problem, const Cursor& cursor, int64_t first,
+                                                     int64_t step, const Value (&outputs)[kSteps]) {
+    if constexpr (P::kStoreReadsInputs) {
+      problem.template store_steps<kSteps>(cursor, first, step, outputs);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) problem.store(cursor, first + k * step, outputs[k]);
+    }
+  }
+
   // Stores the outputs of the stretch at `pos` from its carry-in `running` (`walker`: as it
   // was at the stretch's start).
   template <class Cursor>
@@ -190,24 +203,25 @@ struct ColumnScan {
       const int64_t step = g.reverse ? -1 : 1;
       const int64_t segment = g.physical_segment(walker.segment);
       const bool head = heads != 0;
+      // The outputs replace the values in place; r ends as the stretch's inclusive total.
       Value r = running.value;
       if (g.exclusive) {
-        problem.store(cursor, first, head ? problem.exclusive_head(at.row, segment) : r);
+        const Value first_output = head ? problem.exclusive_head(at.row, segment) : r;
         r = head ? values[0] : M::combine(r, values[0]);
 #pragma unroll
         for (int k = 1; k < kSteps; ++k) {
-          problem.store(cursor, first + k * step, r);
-          r = M::combine(r, values[k]);
+          const Value v = values[k];
+          values[k] = r;
+          r = M::combine(r, v);
         }
+        values[0] = first_output;
       } else {
         r = head ? values[0] : M::combine(r, values[0]);
-        problem.store(cursor, first, r);
+        values[0] = r;
 #pragma unroll
-        for (int k = 1; k < kSteps; ++k) {
-          r = M::combine(r, values[k]);
-          problem.store(cursor, first + k * step, r);
-        }
+        for (int k = 1; k < kSteps; ++k) values[k] = r = M::combine(r, values[k]);
       }
+      store_steps(problem, cursor, first, step, values);
       if (walker.is_last(pos + kSteps - 1)) problem.store_final(at.row, segment, r);
       return;
     }

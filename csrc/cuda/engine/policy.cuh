@@ -67,7 +67,9 @@ struct ColumnPolicy {
   static constexpr int kSteps = kBytes <= 8 ? 16 : kBytes <= 16 ? 8 : kBytes <= 32 ? 4 : kBytes <= 64 ? 2 : 1;
   static constexpr bool kPrefetch = kBytes <= 32;
   // Registers are capped (at 128) so that four blocks share an SM: 16 warps, each with two
-  // stretches of loads in flight.
+  // stretches of loads in flight. Even a problem that needs more registers keeps four: the
+  // affine backward along a strided time dim ran 0.766 ms with 72 bytes spilled at four blocks,
+  // 1.33 ms without spills at three ((8, 4096, 2048) float32, H200).
   static constexpr int kMinBlocksPerSM = kBytes <= 8 ? 4 : 1;
 };
 
