@@ -203,7 +203,8 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
   // Element i's neighbour in a run: element i + 1 if `higher`, else i - 1 (clamped to the run;
   // the caller takes the edge element there). The run's index is a constant in each unrolled
   // iteration, with a select between the two: an index chosen at run time (by forward_reverse)
-  // would put the whole run in local memory (H200: 32 bytes of stack, the backward 26 % slower).
+  // would put the whole run in local memory (H200: 32 bytes of stack; the backward took 0.494 ms
+  // with it, 0.4215 without, at (8, 2048, 4096) float32).
   template <int N>
   PP_HD static In neighbour(const In (&run)[N], int i, bool higher) {
     const In up = run[i + 1 < N ? i + 1 : N - 1];
