@@ -3,8 +3,9 @@
 // along the T of a (B, T, D) tensor. It includes the engine's headers from the source tree
 // given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
 // builds in about ten seconds instead of the extension's minutes; `variants.sh` beside it
-// builds and runs several trees at once. Each run checks its outputs against float64 on a
-// few rows and prints the time, GB/s and the copy bandwidth measured in the same process.
+// builds and runs several trees at once. Each run checks its outputs on a few rows (the
+// backward against float64, the forward against a sequential float32 loop) and prints the
+// time, GB/s and the copy bandwidth measured in the same process.
 //
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
 //        -I"$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" \
@@ -25,18 +26,13 @@
 #include "core/affine_problems.h"
 #include "cuda/engine/column_scan.cuh"
 #include "cuda/engine/row_scan.cuh"
+#include "harness.cuh"
 
 using namespace parprims;
 using namespace parprims::cuda;
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+using harness::download;
+using harness::relative_error;
+using harness::time_ms;
 
 namespace {
 
@@ -71,32 +67,6 @@ __global__ void forward_simple(const T* a, const T* b, T* h, int64_t rows, int64
     s = g * s + static_cast<float>(b[base + t * inner]);
     h[base + t * inner] = static_cast<T>(s);
   }
-}
-
-template <class T>
-std::vector<double> to_host(const T* d, int64_t n) {
-  std::vector<T> tmp(n);
-  CK(cudaMemcpy(tmp.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(static_cast<float>(tmp[i]));
-  return out;
-}
-
-// Mean milliseconds of `launch()` over `reps` runs after three warm-up runs.
-template <class F>
-float time_ms(F launch, int reps) {
-  for (int i = 0; i < 3; ++i) launch();
-  CK(cudaGetLastError());
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) launch();
-  cudaEventRecord(e1);
-  CK(cudaEventSynchronize(e1));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  return ms / reps;
 }
 
 int sm_count() {
@@ -140,8 +110,8 @@ struct Arrays {
 template <class T>
 double check_backward(const Arrays<T>& x, int64_t len, int64_t inner, bool log_gates) {
   const int64_t span = len * inner;
-  auto A = to_host(x.a, span), G = to_host(x.b, span), H = to_host(x.h, span);
-  auto GA = to_host(x.ga, span), GB = to_host(x.gb, span);
+  auto A = download<T>(x.a, span), G = download<T>(x.b, span), H = download<T>(x.h, span);
+  auto GA = download<T>(x.ga, span), GB = download<T>(x.gb, span);
   double err = 0, scale = 0;
   for (int64_t r = 0; r < kCheckedRows; ++r) {
     const int64_t base = inner == 1 ? r * len : r;
@@ -230,13 +200,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
     T* reference;
     CK(cudaMalloc(&reference, kCheckedRows * len * sizeof(T)));
     forward_simple<<<1, kCheckedRows>>>(x.a, x.b, reference, kCheckedRows, len, 1, log_gates);
-    auto got = to_host(x.h, kCheckedRows * len), want = to_host(reference, kCheckedRows * len);
-    double scale = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      err = std::max(err, std::fabs(got[i] - want[i]));
-      scale = std::max(scale, std::fabs(want[i]));
-    }
-    err /= scale;
+    err = relative_error(download<T>(x.h, kCheckedRows * len), download<T>(reference, kCheckedRows * len));
     cudaFree(reference);
   } else if (!columns) {
     ms = time_rows(grad_problem(x, rows, len, outer, inner, log_gates), g, reps, per_sm);

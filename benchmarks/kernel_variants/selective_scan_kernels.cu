@@ -26,18 +26,13 @@
 
 #include "core/selective_scan.h"
 #include "cuda/selective_scan/launch.h"
+#include "harness.cuh"
 
 using namespace parprims;
 using namespace parprims::cuda;
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      exit(1);                                                                        \
-    }                                                                                 \
-  } while (0)
+using harness::download;
+using harness::relative_error;
+using harness::time_ms;
 
 namespace {
 
@@ -87,15 +82,6 @@ T* upload(Arena& arena, std::vector<float>& values) {
   return d;
 }
 
-template <class T>
-std::vector<double> download(const void* d, int64_t n) {
-  std::vector<T> tmp(n);
-  CK(cudaMemcpy(tmp.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(static_cast<float>(tmp[i]));
-  return out;
-}
-
 double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
@@ -139,31 +125,6 @@ void reference(const Inputs& x, int64_t d, std::vector<double>& out, std::vector
     }
     ddelta[t] = ddt * sigmoid(at(x.delta, t) + x.bias[d]);
   }
-}
-
-double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
-}
-
-template <class F>
-float time_ms(F run, int reps) {
-  for (int i = 0; i < 2; ++i) run();
-  CK(cudaDeviceSynchronize());
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0);
-  for (int i = 0; i < reps; ++i) run();
-  cudaEventRecord(e1);
-  CK(cudaEventSynchronize(e1));
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  return ms / reps;
 }
 
 template <class In>
