@@ -1,6 +1,6 @@
 // Stand-alone timing of the engine's affine-recurrence kernels, without the extension: the
 // row loop's forward and backward on time-contiguous rows, and the column kernel's backward
-// along the T of a (B, T, D) tensor. It includes the engine's headers from the source tree
+// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add scan. It includes the engine's headers from the source tree
 // given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
 // builds in about ten seconds instead of the extension's minutes; `variants.sh` beside it
 // builds and runs several trees at once. Each run checks its outputs on a few rows (the
@@ -10,7 +10,7 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
 //        -I"$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" \
 //        -Icsrc benchmarks/kernel_variants/affine_kernels.cu -o affine_kernels
-//   ./affine_kernels row-fwd|row-grad|col-grad f32|bf16 log_gates(0|1) [reps]
+//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum f32|bf16 log_gates(0|1) [reps]
 //
 // Shapes: rows (8, 2048, 4096) (16384 rows of 4096 steps); columns (8, 4096, 2048) along T.
 #include <c10/util/BFloat16.h>
@@ -109,7 +109,7 @@ struct Arrays {
 // to the largest reference value (row r at element r * row_stride, steps `inner` apart).
 template <class T>
 double check_backward(const Arrays<T>& x, int64_t len, int64_t inner, bool log_gates) {
-  const int64_t span = len * inner;
+  const int64_t span = inner == 1 ? kCheckedRows * len : len * inner;  // the checked rows' elements
   auto A = download<T>(x.a, span), G = download<T>(x.b, span), H = download<T>(x.h, span);
   auto GA = download<T>(x.ga, span), GB = download<T>(x.gb, span);
   double err = 0, scale = 0;
@@ -128,6 +128,19 @@ double check_backward(const Arrays<T>& x, int64_t len, int64_t inner, bool log_g
     }
   }
   return err / scale;
+}
+
+// The largest error of the add scan of b into h on the first kCheckedRows rows against float64,
+// relative to the largest reference value.
+template <class T>
+double check_cumsum(const Arrays<T>& x, int64_t len) {
+  const auto B = download<T>(x.b, kCheckedRows * len), H = download<T>(x.h, kCheckedRows * len);
+  std::vector<double> want(B.size());
+  for (int64_t r = 0; r < kCheckedRows; ++r) {
+    double sum = 0;
+    for (int64_t t = 0; t < len; ++t) want[r * len + t] = sum += B[r * len + t];
+  }
+  return relative_error(H, want);
 }
 
 RowIndexer rows_of(int64_t outer, int64_t len, int64_t inner) {
@@ -174,7 +187,8 @@ float time_rows(const P& p, const ScanGeometry& g, int reps, int& per_sm) {
 
 template <class T>
 void run(const char* mode, bool log_gates, int reps, const char* dtype) {
-  const bool columns = strcmp(mode, "col-grad") == 0, backward = strcmp(mode, "row-fwd") != 0;
+  const bool columns = strcmp(mode, "col-grad") == 0, cumsum = strcmp(mode, "row-sum") == 0;
+  const bool backward = !cumsum && strcmp(mode, "row-fwd") != 0;
   const int64_t outer = columns ? kBatch : kBatch * kChannels, inner = columns ? kChannels : 1;
   const int64_t rows = kBatch * kChannels, len = kSteps, n = rows * len;
   Arrays<T> x(n, rows);
@@ -187,7 +201,14 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
   int per_sm = 0;
   float ms = 0;
   double err = 0;
-  if (!backward) {
+  if (cumsum) {
+    ScanProblem<Add<float>, T, T> p;
+    p.in = x.b;
+    p.out = x.h;
+    p.in_rows = p.out_rows = rows_of(outer, len, inner);
+    ms = time_rows(p, g, reps, per_sm);
+    err = check_cumsum(x, len);
+  } else if (!backward) {
     AffineProblem<T, float, float> p;
     p.a = x.a;
     p.b = x.b;
@@ -222,7 +243,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
     ms = time_ms([&] { column_scan_kernel<P><<<grid, K::kThreads>>>(p, g, plan, false); }, reps);
     err = check_backward(x, len, inner, log_gates);
   }
-  const double bytes = (backward ? 5.0 : 3.0) * n * sizeof(T);
+  const double bytes = (cumsum ? 2.0 : backward ? 5.0 : 3.0) * n * sizeof(T);
   const double copy_gbps = 2.0 * n * sizeof(T) / copy_ms / 1e6;
   printf("%-8s %-4s log=%d blocks/SM=%-2d %.4f ms  %5.0f GB/s  %.3f of copy (%4.0f GB/s)  rel_err %.2e\n", mode, dtype,
          int(log_gates), per_sm, ms, bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbps, copy_gbps, err);
@@ -232,7 +253,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: %s row-fwd|row-grad|col-grad f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
+    printf("usage: %s row-fwd|row-grad|col-grad|row-sum f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
     return 2;
   }
   const bool bf16 = strcmp(argv[2], "bf16") == 0;

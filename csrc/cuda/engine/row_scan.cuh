@@ -7,7 +7,8 @@
 // before the current tile's block scan, so the barrier and the shuffles of one tile overlap
 // the memory latency of the next.
 //
-// Rows cut by packed sequences (`kPacked`) take the same walk. Before scanning a tile, the
+// Rows cut by packed sequences (`kPacked`, run_packed; other rows take run_dense) take the
+// same walk. Before scanning a tile, the
 // block marks the tile's sequence starts and ends in shared bit masks: thread i reads the
 // bounds of the tile's i-th sequence (one coalesced round of offsets for up to kThreads
 // sequences a tile), starting from the sequence that holds the tile's first position, which
@@ -59,14 +60,14 @@ struct RowScan {
     uint32_t segment[kTile];
     int64_t next_first;
   };
-  struct NoSegments {};
 
+  // run_packed's (run_dense's is its scan storage alone).
   struct SharedStorage {
     // Two of each, used alternately: a tile's are written while slower threads may still read
     // the previous tile's, and one barrier per tile then suffices.
     typename Scan::Storage scan[2];
-    std::conditional_t<kPacked, TileSegments, NoSegments> segments[2];
-    int64_t unit_first;  // kPacked: the sequence holding a unit's first position
+    TileSegments segments[2];
+    int64_t unit_first;  // the sequence holding a unit's first position
   };
 
   // A thread's run of kItems positions between its loads and its use (held_run.cuh).
@@ -299,8 +300,9 @@ struct RowScan {
   // The block walks units blockIdx.x, blockIdx.x + gridDim.x, ... (a grid sized to what runs
   // at once, engine.cuh), each tile by tile; the next tile, of this unit or the next, is always
   // loaded before the current one is scanned. The summary pass (spans.cuh) stores each span's
-  // total instead of its outputs, and skips each row's last span.
-  static __device__ void run(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans, bool summary) {
+  // total instead of its outputs, and skips each row's last span. (Rows without packed
+  // sequences take run_dense below, the same walk without the marking.)
+  static __device__ void run_packed(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans, bool summary) {
     __shared__ SharedStorage smem;
     const int32_t units = static_cast<int32_t>(g.rows * (summary ? spans.count - 1 : spans.count));
     const int32_t tiles_per_row = static_cast<int32_t>((g.len + kTile - 1) / kTile);
@@ -308,17 +310,13 @@ struct RowScan {
     int32_t unit = blockIdx.x;
     if (unit >= units) return;
     Unit at = locate(g, spans, unit, tiles_per_row);
-    // kPacked: the sequence holding the current tile's first position, and the bounds of the
-    // tile's first round of sequences.
-    [[maybe_unused]] int64_t first = 0;
-    [[maybe_unused]] RawBounds round0;
-    if constexpr (kPacked) {
-      clear_marks(smem.segments[0]);
-      clear_marks(smem.segments[1]);
-      if (threadIdx.x == 0) smem.segments[0].next_first = smem.segments[1].next_first = 0;
-      first = enter_unit(smem, g, at, summary);  // its barrier orders the clearing
-      round0 = load_bounds(g, first + threadIdx.x);
-    }
+    // The sequence holding the current tile's first position, and the bounds of the tile's
+    // first round of sequences.
+    clear_marks(smem.segments[0]);
+    clear_marks(smem.segments[1]);
+    if (threadIdx.x == 0) smem.segments[0].next_first = smem.segments[1].next_first = 0;
+    int64_t first = enter_unit(smem, g, at, summary);  // its barrier orders the clearing
+    RawBounds round0 = load_bounds(g, first + threadIdx.x);
     auto cursor = problem.cursor(at.row);
     Value current[kItems];
     HeldItems next;
@@ -336,35 +334,93 @@ struct RowScan {
       const auto next_cursor = next_at.row == at.row ? cursor : problem.cursor(more ? next_at.row : at.row);
       if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       const int64_t pos = int64_t{at.tile} * kTile + offset;
-      if constexpr (kPacked) {
-        TileSegments& ts = smem.segments[parity];
-        mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
-        // The other masks were last read in the previous tile, before the barrier just passed;
-        // the block scan's barrier separates their clearing from the next tile's marking.
-        clear_marks(smem.segments[parity ^ 1]);
-        const int64_t next_first = ts.next_first;
-        round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
-        carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
-        first = next_first;
-      } else {
-        carry = scan_tile(smem.scan[parity], problem, g, at.row, pos, carry, current);
-      }
+      TileSegments& ts = smem.segments[parity];
+      mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
+      // The other masks were last read in the previous tile, before the barrier just passed;
+      // the block scan's barrier separates their clearing from the next tile's marking.
+      clear_marks(smem.segments[parity ^ 1]);
+      const int64_t next_first = ts.next_first;
+      round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
+      carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
+      first = next_first;
       if (!summary) store(problem, g, cursor, pos, wide, current);
       if (next_unit != unit) {
         if (summary && threadIdx.x == 0) static_cast<Words<Carry>*>(spans.totals)[unit].value = carry;
         if (!more) break;
         carry = entering_carry(g, spans, next_unit, summary);
         unit = next_unit;
-        if constexpr (kPacked) {
-          const int32_t planned = next_at.tile;
-          first = enter_unit(smem, g, next_at, summary);
-          round0 = load_bounds(g, first + threadIdx.x);
-          if (next_at.tile != planned) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
-        }
+        const int32_t planned = next_at.tile;
+        first = enter_unit(smem, g, next_at, summary);
+        round0 = load_bounds(g, first + threadIdx.x);
+        if (next_at.tile != planned) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       }
       at = next_at;
       cursor = next_cursor;
       values_of(problem, g, int64_t{at.tile} * kTile + offset, next, current);
+    }
+  }
+
+  // ---- rows without packed sequences ----
+
+  // Where a block's walk stands: a unit and one of its tiles (past the block's last unit when
+  // `unit` >= the count of units).
+  struct Step {
+    int32_t unit;
+    Unit at;
+  };
+  static __device__ __forceinline__ Step step_after(const ScanGeometry& g, const SpanPlan& spans, int32_t units,
+                                                    int32_t tiles_per_row, const Step& s) {
+    if (s.at.tile + 1 < s.at.end_tile) return {s.unit, {s.at.row, s.at.tile + 1, s.at.end_tile}};
+    const int32_t unit = s.unit + static_cast<int32_t>(gridDim.x);
+    return {unit, unit < units ? locate(g, spans, unit, tiles_per_row) : s.at};
+  }
+
+  // The walk of rows without packed sequences: `run` without the sequence marking, whose state
+  // (the marks' storage, the sequence walk, a tile's bounds loaded ahead) cost the dense rows
+  // registers, and spills at their caps (affine float32: 16 bytes at 96 registers; H200:
+  // (8, 2048, 4096) forward 0.224 -> 0.217 ms with this walk). Loading two or three tiles ahead
+  // instead of one was measured and lost in every dense case (benchmarks/NOTES.md).
+  static __device__ void run_dense(const P& problem, const ScanGeometry& g, bool wide, const SpanPlan& spans,
+                                   bool summary) {
+    __shared__ typename Scan::Storage scan_storage[2];  // used alternately, as run_packed's
+    const int32_t units = static_cast<int32_t>(g.rows * (summary ? spans.count - 1 : spans.count));
+    const int32_t tiles_per_row = static_cast<int32_t>((g.len + kTile - 1) / kTile);
+    const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
+    if (static_cast<int32_t>(blockIdx.x) >= units) return;
+    Step now{static_cast<int32_t>(blockIdx.x), locate(g, spans, blockIdx.x, tiles_per_row)};
+    auto cursor = problem.cursor(now.at.row);  // of now's row (its stores)
+    auto load_cursor = cursor;                 // of the row last loaded
+    HeldItems held;
+    load(problem, g, cursor, int64_t{now.at.tile} * kTile + offset, wide, held);
+    Step next = step_after(g, spans, units, tiles_per_row, now);
+    Value carry = entering_carry(g, spans, now.unit, summary);
+    int parity = 0;
+    // One tile: false after the block's last. (As a lambda called in a loop, this walk
+    // compiled to fewer registers than the same statements in the loop's body: bfloat16 add
+    // with 128-thread blocks capped at 64 registers spilled 16 bytes instead of 124.)
+    const auto walk_tile = [&] {
+      const int64_t pos = int64_t{now.at.tile} * kTile + offset;
+      Value current[kItems];
+      values_of(problem, g, pos, held, current);
+      if (next.unit < units) {
+        if (next.at.row != now.at.row) load_cursor = problem.cursor(next.at.row);
+        load(problem, g, load_cursor, int64_t{next.at.tile} * kTile + offset, wide, held);
+      }
+      carry = scan_tile(scan_storage[parity], problem, g, now.at.row, pos, carry, current);
+      parity ^= 1;
+      if (!summary) store(problem, g, cursor, pos, wide, current);
+      const Step after = step_after(g, spans, units, tiles_per_row, next);
+      if (next.unit != now.unit) {
+        if (summary && threadIdx.x == 0) static_cast<Words<Carry>*>(spans.totals)[now.unit].value = carry;
+        if (next.unit >= units) return false;
+        carry = entering_carry(g, spans, next.unit, summary);
+        if (next.at.row != now.at.row) cursor = problem.cursor(next.at.row);
+      }
+      now = next;
+      next = after;
+      return true;
+    };
+    while (walk_tile()) {
     }
   }
 };
@@ -372,7 +428,12 @@ struct RowScan {
 template <class P, bool kPacked>
 __global__ void __launch_bounds__(RowScan<P, kPacked>::kThreads, RowScan<P, kPacked>::kMinBlocksPerSM)
     row_scan_kernel(const P problem, const ScanGeometry g, bool wide, const SpanPlan spans, bool summary) {
-  RowScan<P, kPacked>::run(problem, g, wide, spans, summary);
+  using K = RowScan<P, kPacked>;
+  if constexpr (kPacked) {
+    K::run_packed(problem, g, wide, spans, summary);
+  } else {
+    K::run_dense(problem, g, wide, spans, summary);
+  }
 }
 
 }  // namespace parprims::cuda
