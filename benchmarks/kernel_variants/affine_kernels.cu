@@ -1,6 +1,6 @@
 // Stand-alone timing of the engine's affine-recurrence kernels, without the extension: the
 // row loop's forward and backward on time-contiguous rows, and the column kernel's backward
-// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add scan. It includes the engine's headers from the source tree
+// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add and max scans. It includes the engine's headers from the source tree
 // given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
 // builds in about ten seconds instead of the extension's minutes; `variants.sh` beside it
 // builds and runs several trees at once. Each run checks its outputs on a few rows (the
@@ -10,7 +10,7 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
 //        -I"$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" \
 //        -Icsrc benchmarks/kernel_variants/affine_kernels.cu -o affine_kernels
-//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum f32|bf16 log_gates(0|1) [reps]
+//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum|row-max f32|bf16 log_gates(0|1) [reps]
 //
 // Shapes: rows (8, 2048, 4096) (16384 rows of 4096 steps); columns (8, 4096, 2048) along T.
 #include <c10/util/BFloat16.h>
@@ -130,15 +130,18 @@ double check_backward(const Arrays<T>& x, int64_t len, int64_t inner, bool log_g
   return err / scale;
 }
 
-// The largest error of the add scan of b into h on the first kCheckedRows rows against float64,
-// relative to the largest reference value.
+// The largest error of the add (or max) scan of b into h on the first kCheckedRows rows against
+// float64, relative to the largest reference value.
 template <class T>
-double check_cumsum(const Arrays<T>& x, int64_t len) {
+double check_scan(const Arrays<T>& x, int64_t len, bool max) {
   const auto B = download<T>(x.b, kCheckedRows * len), H = download<T>(x.h, kCheckedRows * len);
   std::vector<double> want(B.size());
   for (int64_t r = 0; r < kCheckedRows; ++r) {
-    double sum = 0;
-    for (int64_t t = 0; t < len; ++t) want[r * len + t] = sum += B[r * len + t];
+    double acc = max ? -INFINITY : 0.0;
+    for (int64_t t = 0; t < len; ++t) {
+      acc = max ? std::max(acc, B[r * len + t]) : acc + B[r * len + t];
+      want[r * len + t] = acc;
+    }
   }
   return relative_error(H, want);
 }
@@ -185,10 +188,21 @@ float time_rows(const P& p, const ScanGeometry& g, int reps, int& per_sm) {
   return time_ms([&] { row_scan_kernel<P, false><<<grid, K::kThreads>>>(p, g, true, plan, false); }, reps);
 }
 
+// An add or max scan of b into h, row by row.
+template <class M, class T>
+float time_scan(const Arrays<T>& x, const ScanGeometry& g, int64_t outer, int64_t inner, int reps, int& per_sm) {
+  ScanProblem<M, T, T> p;
+  p.in = x.b;
+  p.out = x.h;
+  p.in_rows = p.out_rows = rows_of(outer, g.len, inner);
+  return time_rows(p, g, reps, per_sm);
+}
+
 template <class T>
 void run(const char* mode, bool log_gates, int reps, const char* dtype) {
-  const bool columns = strcmp(mode, "col-grad") == 0, cumsum = strcmp(mode, "row-sum") == 0;
-  const bool backward = !cumsum && strcmp(mode, "row-fwd") != 0;
+  const bool columns = strcmp(mode, "col-grad") == 0, running_max = strcmp(mode, "row-max") == 0;
+  const bool scan = running_max || strcmp(mode, "row-sum") == 0;
+  const bool backward = !scan && strcmp(mode, "row-fwd") != 0;
   const int64_t outer = columns ? kBatch : kBatch * kChannels, inner = columns ? kChannels : 1;
   const int64_t rows = kBatch * kChannels, len = kSteps, n = rows * len;
   Arrays<T> x(n, rows);
@@ -201,13 +215,10 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
   int per_sm = 0;
   float ms = 0;
   double err = 0;
-  if (cumsum) {
-    ScanProblem<Add<float>, T, T> p;
-    p.in = x.b;
-    p.out = x.h;
-    p.in_rows = p.out_rows = rows_of(outer, len, inner);
-    ms = time_rows(p, g, reps, per_sm);
-    err = check_cumsum(x, len);
+  if (scan) {
+    ms = running_max ? time_scan<Max<float>>(x, g, outer, inner, reps, per_sm)
+                     : time_scan<Add<float>>(x, g, outer, inner, reps, per_sm);
+    err = check_scan(x, len, running_max);
   } else if (!backward) {
     AffineProblem<T, float, float> p;
     p.a = x.a;
@@ -243,7 +254,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
     ms = time_ms([&] { column_scan_kernel<P><<<grid, K::kThreads>>>(p, g, plan, false); }, reps);
     err = check_backward(x, len, inner, log_gates);
   }
-  const double bytes = (cumsum ? 2.0 : backward ? 5.0 : 3.0) * n * sizeof(T);
+  const double bytes = (scan ? 2.0 : backward ? 5.0 : 3.0) * n * sizeof(T);
   const double copy_gbps = 2.0 * n * sizeof(T) / copy_ms / 1e6;
   printf("%-8s %-4s log=%d blocks/SM=%-2d %.4f ms  %5.0f GB/s  %.3f of copy (%4.0f GB/s)  rel_err %.2e\n", mode, dtype,
          int(log_gates), per_sm, ms, bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbps, copy_gbps, err);
@@ -253,7 +264,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: %s row-fwd|row-grad|col-grad|row-sum f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
+    printf("usage: %s row-fwd|row-grad|col-grad|row-sum|row-max f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
     return 2;
   }
   const bool bf16 = strcmp(argv[2], "bf16") == 0;

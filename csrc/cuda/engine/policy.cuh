@@ -40,7 +40,9 @@ struct FlatPolicy {
 // The caps below were measured on an H200 with the kernel_variants harness (twenty-first
 // session, rows of 4096): small 4-byte blocks capped for 12 (ptxas then fits 14 per SM, 70
 // registers) ran add fp32 0.152 -> 0.139 ms, bfloat16 affine pairs at 12 0.146 -> 0.137 ms (14:
-// 0.139, 16 with spills: 0.145), bfloat16 add in 128-thread blocks at 8 0.086 -> 0.079 ms.
+// 0.139, 16 with spills: 0.145), bfloat16 add in 128-thread blocks at 8 0.086 -> 0.079 ms; but
+// max at 8 spilled 168 bytes and lost 5 % in bench_scan, so cheap bfloat16 scans take 7 (71
+// registers, no spills).
 template <class Value, int kInputBytes = 0, bool kCostly = false, bool kMoreRegisters = false>
 struct RowPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Value));
@@ -54,10 +56,18 @@ struct RowPolicy {
   static constexpr int kMinRowLength = kSmallBlocks ? kTile : kTile / 2;
   // Registers are capped so that this many blocks share an SM (and keep their loads in flight).
   static constexpr int kPlainMinBlocksPerSM = kSmallBlocks ? (kBytes <= 4 || kInputBytes == 2 ? 12 : 10)
-                                             : kBytes <= 4 ? (kInputBytes == 2 && !kCostly ? 8 : 6)
+                                             : kBytes <= 4 ? (kInputBytes == 2 && !kCostly ? 7 : 6)
                                              : kBytes <= 8 ? 5 : 2;
-  static constexpr int kMinBlocksPerSM =
-      kMoreRegisters && kPlainMinBlocksPerSM > 2 ? kPlainMinBlocksPerSM * 4 / 5 : kPlainMinBlocksPerSM;
+  // The packed instance's (row_scan.cuh takes a quarter fewer of these): the caps from before the
+  // ones above were raised, which were measured on dense rows only.
+  static constexpr int kPackedPlainMinBlocksPerSM = kSmallBlocks ? (kBytes <= 4 ? 16 : 10)
+                                                   : kBytes <= 4 ? 6
+                                                   : kBytes <= 8 ? 5 : 2;
+  static constexpr int with_more_registers(int blocks) {
+    return kMoreRegisters && blocks > 2 ? blocks * 4 / 5 : blocks;
+  }
+  static constexpr int kMinBlocksPerSM = with_more_registers(kPlainMinBlocksPerSM);
+  static constexpr int kPackedMinBlocksPerSM = with_more_registers(kPackedPlainMinBlocksPerSM);
 };
 
 // Column scans: a block of kThreads threads holds 32 neighbouring rows (one per lane) times

@@ -47,7 +47,7 @@ struct RowScan {
   using Scan = BlockScan<CarryMonoid, kThreads>;
   // The packed instance holds more per thread (the sequence walk's state, a tile's bounds
   // loaded ahead): a quarter fewer blocks an SM, so that it does not spill.
-  static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
+  static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kPackedMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
   static_assert(32 % kItems == 0 && kTile % 32 == 0, "a thread's items take bits of one mask word");
 
   // The packed sequences of one tile (kPacked): bit masks of the positions that start and end
