@@ -7,16 +7,15 @@
 // before the current tile's block scan, so the barrier and the shuffles of one tile overlap
 // the memory latency of the next.
 //
-// Rows cut by packed sequences (`kPacked`, run_packed; other rows take run_dense) take the
-// same walk. Before scanning a tile, the
-// block marks the tile's sequence starts and ends in shared bit masks: thread i reads the
-// bounds of the tile's i-th sequence (one coalesced round of offsets for up to kThreads
-// sequences a tile), starting from the sequence that holds the tile's first position, which
-// the previous tile's marking found (a warp's search at the start of a row or span). Each
-// thread then takes its items' bits with one shared load; the block scan runs on lifted values
-// (a start inside a thread's run resets its sum), and the carry between tiles and spans
-// remembers whether a sequence started (spans.cuh scans the span totals with the same lift).
-// No thread searches the offsets and no position is tested against them one by one.
+// Rows cut by packed sequences (`kPacked`: run_packed; other rows take run_dense) take the same
+// walk. Before scanning a tile, the block marks the tile's sequence starts and ends in shared bit
+// masks: thread i reads the bounds of the tile's i-th sequence (one coalesced round of offsets for
+// up to kThreads sequences a tile), starting from the sequence that holds the tile's first
+// position, which the previous tile's marking found (a warp's search at the start of a row or
+// span). Each thread then takes its items' bits with one shared load; the block scan runs on lifted
+// values (a start inside a thread's run resets its sum), and the carry between tiles and spans
+// remembers whether a sequence started (spans.cuh scans the span totals with the same lift). No
+// thread searches the offsets and no position is tested against them one by one.
 #pragma once
 
 #include <type_traits>
@@ -375,7 +374,7 @@ struct RowScan {
     return {unit, unit < units ? locate(g, spans, unit, tiles_per_row) : s.at};
   }
 
-  // The walk of rows without packed sequences: `run` without the sequence marking, whose state
+  // The walk of rows without packed sequences: run_packed without the sequence marking, whose state
   // (the marks' storage, the sequence walk, a tile's bounds loaded ahead) cost the dense rows
   // registers, and spills at their caps (affine float32: 16 bytes at 96 registers; H200:
   // (8, 2048, 4096) forward 0.224 -> 0.217 ms with this walk). Loading two or three tiles ahead
@@ -397,7 +396,7 @@ struct RowScan {
     int parity = 0;
     // One tile: false after the block's last. (As a lambda called in a loop, this walk
     // compiled to fewer registers than the same statements in the loop's body: bfloat16 add
-    // with 128-thread blocks capped at 64 registers spilled 16 bytes instead of 124.)
+    // with 128-thread blocks, when capped at 64 registers, spilled 16 bytes instead of 124.)
     const auto walk_tile = [&] {
       const int64_t pos = int64_t{now.at.tile} * kTile + offset;
       Value current[kItems];
