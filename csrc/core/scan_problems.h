@@ -22,6 +22,8 @@
 // ProblemBase gives the defaults. Torch-free.
 #pragma once
 
+#include <type_traits>
+
 #include "monoids.h"
 #include "scan_geometry.h"
 #include "vector_io.h"
@@ -55,6 +57,17 @@ struct ProblemBase {
   template <int N, class Cursor>
   PP_HD bool store_run(const Cursor&, int64_t, const Value (&)[N]) const { return false; }
 };
+
+// Whether a problem replaces ProblemBase's heads (initial states: at_head, exclusive_head) or
+// its final states (store_final), read from the type of the member: the engines skip their
+// per-tile handling of what a problem does not have.
+template <class P>
+constexpr bool kHasHeads =
+    !std::is_same_v<decltype(&P::at_head), decltype(&ProblemBase<typename P::Monoid>::at_head)> ||
+    !std::is_same_v<decltype(&P::exclusive_head), decltype(&ProblemBase<typename P::Monoid>::exclusive_head)>;
+template <class P>
+constexpr bool kHasFinalStates =
+    !std::is_same_v<decltype(&P::store_final), decltype(&ProblemBase<typename P::Monoid>::store_final)>;
 
 struct TwoCursor {
   int64_t in;

@@ -37,12 +37,13 @@ struct FlatPolicy {
 // half inputs are held as loaded (held_run.cuh), 8-byte values from 2-byte inputs (bfloat16
 // affine pairs) take them too: (8, 2048, 4096) 0.156 -> 0.148 ms (H200, twentieth session).
 // Problems that need more registers (kNeedsMoreRegisters) get a fifth fewer blocks per SM.
-// The caps below were measured on an H200 with the kernel_variants harness (twenty-first
-// session, rows of 4096): small 4-byte blocks capped for 12 (ptxas then fits 14 per SM, 70
-// registers) ran add fp32 0.152 -> 0.139 ms, bfloat16 affine pairs at 12 0.146 -> 0.137 ms (14:
-// 0.139, 16 with spills: 0.145), bfloat16 add in 128-thread blocks at 8 0.086 -> 0.079 ms; but
-// max at 8 spilled 168 bytes and lost 5 % in bench_scan, so cheap bfloat16 scans take 7 (71
-// registers, no spills).
+// The caps below were measured on an H200 with the kernel_variants harness (rows of 4096):
+// small blocks capped for 12 (ptxas fits 14 for 4-byte scans at 70 registers) ran add fp32
+// 0.152 -> 0.139 ms and bfloat16 affine pairs 0.146 -> 0.137 ms (14: 0.139, 16 with spills:
+// 0.145); float32 affine pairs, at 10 until the row loop stopped waiting for the next tile's
+// loads in mid-tile (row_scan.cuh, enter_row), ran 0.229 ms at 10 and 0.220 at 12 after it.
+// Cheap bfloat16 scans in 128-thread blocks: 8 (64 registers, a few bytes of spills) ran add
+// 0.082 -> 0.080 ms and max 0.114 ms against 7 (72 registers) and 6 (80).
 template <class Value, int kInputBytes = 0, bool kCostly = false, bool kMoreRegisters = false>
 struct RowPolicy {
   static constexpr int kBytes = static_cast<int>(sizeof(Value));
@@ -55,8 +56,8 @@ struct RowPolicy {
   static constexpr int kTile = kThreads * kItems;
   static constexpr int kMinRowLength = kSmallBlocks ? kTile : kTile / 2;
   // Registers are capped so that this many blocks share an SM (and keep their loads in flight).
-  static constexpr int kPlainMinBlocksPerSM = kSmallBlocks ? (kBytes <= 4 || kInputBytes == 2 ? 12 : 10)
-                                             : kBytes <= 4 ? (kInputBytes == 2 && !kCostly ? 7 : 6)
+  static constexpr int kPlainMinBlocksPerSM = kSmallBlocks ? 12
+                                             : kBytes <= 4 ? (kInputBytes == 2 && !kCostly ? 8 : 6)
                                              : kBytes <= 8 ? 5 : 2;
   // The packed instance's (row_scan.cuh takes a quarter fewer of these): the caps from before the
   // ones above were raised, which were measured on dense rows only.

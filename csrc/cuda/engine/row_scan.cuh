@@ -5,7 +5,12 @@
 //
 // A block keeps two tiles of loads in flight: the next tile's loads are issued into registers
 // before the current tile's block scan, so the barrier and the shuffles of one tile overlap
-// the memory latency of the next.
+// the memory latency of the next. Nothing read from memory after those loads were issued may
+// be used before the next tile, or the use waits for them too (all of a thread's global loads
+// share one scoreboard): a row's initial state is read before them (enter_row), a span's
+// entering carry is settled where it is read (settled_uniform), and a row's store cursor is
+// the one its loads used. (With the wait in mid-tile, the bfloat16 affine forward ran at 0.72
+// of copy bandwidth; without it, 0.84: benchmarks/NOTES.md.)
 //
 // Rows cut by packed sequences (`kPacked`: run_packed; other rows take run_dense) take the same
 // walk. Before scanning a tile, the block marks the tile's sequence starts and ends in shared bit
@@ -124,25 +129,49 @@ struct RowScan {
     }
   }
 
-  // One tile: scans `values` in place into outputs, given the carry of the tiles before it;
-  // returns the carry after it.
+  // At a row's first tile (called by the whole block, there only): applies the row's initial
+  // state to its first item and returns the exclusive output there (the identity in other
+  // threads). The walks call it between the wait for a tile's loads and the issue of the next
+  // tile's, and settle what it read, so that no later use waits for the next tile (settled()).
+  static __device__ __forceinline__ Value enter_row(const P& problem, int64_t row, int64_t pos,
+                                                    Value (&values)[kItems]) {
+    if (pos == 0) values[0] = problem.at_head(values[0], row, 0);
+    // (Read in every thread, the same value, so that it can be settled; thread 0 uses it.)
+    return settled_uniform(problem.exclusive_head(row, 0));
+  }
+
+  // One tile: scans `values` in place into outputs, given the carry of the tiles before it and,
+  // at the row's start, the exclusive output there (enter_row); returns the carry after it.
   static __device__ __forceinline__ Value scan_tile(typename Scan::Storage& storage, const P& problem,
                                                     const ScanGeometry& g, int64_t row, int64_t pos,
-                                                    Value carry, Value (&values)[kItems]) {
+                                                    Value carry, const Value& head, Value (&values)[kItems]) {
     const bool row_start = pos == 0;
-    if (row_start) values[0] = problem.at_head(values[0], row, 0);
     Value thread_total = values[0];
 #pragma unroll
     for (int k = 1; k < kItems; ++k) thread_total = M::combine(thread_total, values[k]);
     Value tile_total;
     Value running = M::combine(carry, Scan::exclusive(storage, thread_total, tile_total));
+    const Value first_exclusive = row_start ? head : running;
+    // The item at the row's last position, if this run holds it: its inclusive value is the
+    // final state (rounded as that output is). Only one run of a row holds it, so the others
+    // take a walk without the per-item test (64-bit compares: about a fifth of the
+    // instructions of a bfloat16 affine tile).
+    const int64_t last = g.len - 1 - pos;
+    const auto walk = [&](auto holds_last) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const Value exclusive = (k == 0 && row_start) ? problem.exclusive_head(row, 0) : running;
-      running = M::combine(running, values[k]);
-      // The final state is the inclusive value at the last position, rounded as that output is.
-      if (pos + k == g.len - 1) problem.store_final(row, 0, running);
-      values[k] = g.exclusive ? exclusive : running;
+      for (int k = 0; k < kItems; ++k) {
+        const Value exclusive = k == 0 ? first_exclusive : running;
+        running = M::combine(running, values[k]);
+        if constexpr (decltype(holds_last)::value) {
+          if (k == static_cast<int>(last)) problem.store_final(row, 0, running);
+        }
+        values[k] = g.exclusive ? exclusive : running;
+      }
+    };
+    if (kHasFinalStates<P> && last >= 0 && last < kItems) {
+      walk(std::bool_constant<kHasFinalStates<P>>{});
+    } else {
+      walk(std::false_type{});
     }
     return M::combine(carry, tile_total);
   }
@@ -271,7 +300,7 @@ struct RowScan {
   static __device__ __forceinline__ Carry entering_carry(const ScanGeometry& g, const SpanPlan& spans, int64_t unit,
                                                         bool summary) {
     if (summary || unit < g.rows) return CarryMonoid::identity();
-    return static_cast<const Words<Carry>*>(spans.totals)[unit - g.rows].value;
+    return settled_uniform(static_cast<const Words<Carry>*>(spans.totals)[unit - g.rows].value);
   }
 
   // Packed: the sequence holding the first position the unit walks, found by warp 0 and handed
@@ -401,11 +430,12 @@ struct RowScan {
       const int64_t pos = int64_t{now.at.tile} * kTile + offset;
       Value current[kItems];
       values_of(problem, g, pos, held, current);
+      const Value head = kHasHeads<P> && now.at.tile == 0 ? enter_row(problem, now.at.row, pos, current) : M::identity();
       if (next.unit < units) {
         if (next.at.row != now.at.row) load_cursor = problem.cursor(next.at.row);
         load(problem, g, load_cursor, int64_t{next.at.tile} * kTile + offset, wide, held);
       }
-      carry = scan_tile(scan_storage[parity], problem, g, now.at.row, pos, carry, current);
+      carry = scan_tile(scan_storage[parity], problem, g, now.at.row, pos, carry, head, current);
       parity ^= 1;
       if (!summary) store(problem, g, cursor, pos, wide, current);
       const Step after = step_after(g, spans, units, tiles_per_row, next);
@@ -413,7 +443,10 @@ struct RowScan {
         if (summary && threadIdx.x == 0) static_cast<Words<Carry>*>(spans.totals)[now.unit].value = carry;
         if (next.unit >= units) return false;
         carry = entering_carry(g, spans, next.unit, summary);
-        if (next.at.row != now.at.row) cursor = problem.cursor(next.at.row);
+        // (next's loads used this cursor; computing it again here, after they were issued,
+        // would wait for them: the row indexer's divisions are calls, which wait for every
+        // outstanding load.)
+        cursor = load_cursor;
       }
       now = next;
       next = after;

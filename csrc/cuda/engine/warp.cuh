@@ -40,6 +40,22 @@ __device__ __forceinline__ T shfl_idx(const T& v, int lane) {
   return shuffle_words(v, [lane](int w) { return __shfl_sync(kFullMask, w, lane); });
 }
 
+// `v`, waited for here, where `v` is the same in every lane of the warp (every lane must call
+// this): a warp reduction (OR of identical words) reads it at once. All of a thread's
+// outstanding global loads share one scoreboard (ptxas, sm_90), so a value loaded on a rare
+// path (a unit's entering carry, a row's initial state) whose first use comes after the next
+// tile's loads were issued makes that use wait for those loads too; and a value carried around
+// a loop makes every iteration wait there, on the next tile's loads. (A shuffle from the
+// thread's own lane would do for any value, but ptxas folds it away.)
+template <class T>
+__device__ __forceinline__ T settled_uniform(const T& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return shuffle_words(v, [](int w) { return static_cast<int>(__reduce_or_sync(kFullMask, static_cast<unsigned>(w))); });
+#else
+  return v;  // (no warp reductions before sm_80; the value is the same, only the wait moves)
+#endif
+}
+
 // Inclusive scan across the lanes of a warp (Kogge-Stone: log2(32) steps); lane 0 is earliest.
 template <class M>
 __device__ __forceinline__ typename M::value_type warp_inclusive_scan(typename M::value_type v) {
