@@ -236,8 +236,32 @@ struct RowScan {
     return (mask[at / 32] >> (at % 32)) & kBits;
   }
 
-  // One tile of a row cut by packed sequences (marked in `ts`): scans `values` in place into
-  // outputs, given the carry of the tiles before it; returns the carry after it.
+  // The physical sequence of this thread's item k in a marked tile (items at a start or an end
+  // only); clamped, so that invalid offsets stay in bounds.
+  static __device__ __forceinline__ int64_t item_segment(const TileSegments& ts, int64_t first, const ScanGeometry& g,
+                                                         int k) {
+    const int64_t last_segment = g.num_segments() - 1;
+    const int64_t logical = first + ts.segment[threadIdx.x * kItems + k];
+    return g.physical_segment(logical < last_segment ? logical : last_segment);
+  }
+
+  // Applies the initial states of the sequences that start in this thread's items of a marked
+  // tile. Called before the next tile's loads are issued, so that the states' loads are not
+  // waited for with them (see the top of this file).
+  static __device__ __forceinline__ void apply_heads(const TileSegments& ts, int64_t first, const P& problem,
+                                                     const ScanGeometry& g, int64_t row, Value (&values)[kItems]) {
+    if constexpr (kHasHeads<P>) {
+      const uint32_t heads = item_bits(ts.heads, threadIdx.x * kItems);
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        if ((heads >> k) & 1u) values[k] = problem.at_head(values[k], row, item_segment(ts, first, g, k));
+      }
+    }
+  }
+
+  // One tile of a row cut by packed sequences (marked in `ts`, initial states applied by
+  // apply_heads): scans `values` in place into outputs, given the carry of the tiles before it;
+  // returns the carry after it.
   // (The summary pass stores no final state: it starts where the full pass does not.)
   static __device__ __forceinline__ Carry scan_packed_tile(typename Scan::Storage& storage, const TileSegments& ts,
                                                            int64_t first, const P& problem, const ScanGeometry& g,
@@ -246,15 +270,6 @@ struct RowScan {
     const int at = threadIdx.x * kItems;
     const uint32_t heads = item_bits(ts.heads, at);
     const uint32_t lasts = item_bits(ts.lasts, at);
-    const int64_t last_segment = g.num_segments() - 1;
-    const auto segment = [&](int k) {  // physical; clamped, so that invalid offsets stay in bounds
-      const int64_t logical = first + ts.segment[at + k];
-      return g.physical_segment(logical < last_segment ? logical : last_segment);
-    };
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if ((heads >> k) & 1u) values[k] = problem.at_head(values[k], row, segment(k));
-    }
     Lifted thread_total{values[0], (heads & 1u) != 0};
 #pragma unroll
     for (int k = 1; k < kItems; ++k) thread_total = Seg::combine(thread_total, Lifted{values[k], ((heads >> k) & 1u) != 0});
@@ -265,12 +280,15 @@ struct RowScan {
     for (int k = 0; k < kItems; ++k) {
       Value exclusive = running;
       if ((heads >> k) & 1u) {
-        exclusive = problem.exclusive_head(row, segment(k));
+        // (Read only when used: a load here waits for the next tile's loads.)
+        if (g.exclusive) exclusive = problem.exclusive_head(row, item_segment(ts, first, g, k));
         running = values[k];
       } else {
         running = M::combine(running, values[k]);
       }
-      if (!summary && ((lasts >> k) & 1u)) problem.store_final(row, segment(k), running);
+      if (kHasFinalStates<P> && !summary && ((lasts >> k) & 1u)) {
+        problem.store_final(row, item_segment(ts, first, g, k), running);
+      }
       values[k] = g.exclusive ? exclusive : running;
     }
     return Seg::combine(carry, tile_total);
@@ -360,15 +378,18 @@ struct RowScan {
       }
       const bool more = next_unit < units;
       const auto next_cursor = next_at.row == at.row ? cursor : problem.cursor(more ? next_at.row : at.row);
-      if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       const int64_t pos = int64_t{at.tile} * kTile + offset;
       TileSegments& ts = smem.segments[parity];
+      // Marking reads offsets and apply_heads initial states: both before the next tile's
+      // loads are issued, which their uses would otherwise wait for (the top of this file).
       mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
       // The other masks were last read in the previous tile, before the barrier just passed;
       // the block scan's barrier separates their clearing from the next tile's marking.
       clear_marks(smem.segments[parity ^ 1]);
       const int64_t next_first = ts.next_first;
+      apply_heads(ts, first, problem, g, at.row, current);
       round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
+      if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
       first = next_first;
       if (!summary) store(problem, g, cursor, pos, wide, current);
