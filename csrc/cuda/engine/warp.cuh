@@ -56,6 +56,14 @@ __device__ __forceinline__ T settled_uniform(const T& v) {
 #endif
 }
 
+// `v`, waited for here, for a value that may differ between lanes (the reason is
+// settled_uniform's): a butterfly shuffle with distance 0 hands each lane its own word, and
+// ptxas keeps it (a shuffle from the lane's own index it folds away). Every lane must call it.
+template <class T>
+__device__ __forceinline__ T settled_any(const T& v) {
+  return shuffle_words(v, [](int w) { return __shfl_xor_sync(kFullMask, w, 0); });
+}
+
 // Inclusive scan across the lanes of a warp (Kogge-Stone: log2(32) steps); lane 0 is earliest.
 template <class M>
 __device__ __forceinline__ typename M::value_type warp_inclusive_scan(typename M::value_type v) {

@@ -25,6 +25,7 @@
 // (segment, batch row).
 #pragma once
 
+#include "../engine/warp.cuh"
 #include "channel_reduction.cuh"
 #include "common.cuh"
 
@@ -49,8 +50,9 @@ struct BackwardChunk {
     const size_t entering = static_cast<size_t>(K) * Policy::kThreads * kStates;
     const size_t per_state = static_cast<size_t>(s.states_per_tile) * K * 2;
     const size_t per_channel = kChannelArrays * static_cast<size_t>(s.channels_per_block) * kPitch;
+    const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);  // delta_bias, D
     const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * 2 * s.states_per_tile * kPitch : 0;
-    return (entering + per_state + per_channel + reduced) * sizeof(Acc);
+    return (entering + per_state + per_channel + constants + reduced) * sizeof(Acc);
   }
 };
 
@@ -81,7 +83,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   Acc* s_y = s_ddelta_factor + pc;  // sums over the channel's states
   Acc* s_du = s_y + pc;
   Acc* s_ddelta = s_du + pc;
-  Acc* s_red = s_ddelta + pc;  // [warp][2 * states_per_tile][step]
+  Acc* s_delta_bias = s_ddelta + pc;  // by channel, staged once per block
+  Acc* s_D = s_delta_bias + s.channels_per_block;
+  Acc* s_red = s_D + s.channels_per_block;  // [warp][2 * states_per_tile][step]
   const bool B_variable = kVariableBC || p.B.variable, C_variable = kVariableBC || p.C.variable;
   const int threads_per_channel = kThreadsPerChannel > 0 ? kThreadsPerChannel : s.threads_per_channel;
   const bool variable_B = !kSummary && B_variable;  // the summary's state gradient needs no B
@@ -109,6 +113,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block);
     const int64_t d0 = me.first_channel(p, s);
+    // The channels' delta_bias and D, read from shared memory by the staging and the finish: a
+    // global load there would be issued after the next chunk's loads and wait for them too
+    // (settled_uniform, engine/warp.cuh, says why).
+    __syncthreads();  // the previous block's finish has read them
+    if (threadIdx.x < s.channels_per_block) {
+      const bool real = me.has_channel(threadIdx.x);
+      s_delta_bias[threadIdx.x] = (real && delta_bias) ? delta_bias[d0 + threadIdx.x] : Acc(0);
+      s_D[threadIdx.x] = (real && D) ? D[d0 + threadIdx.x] : Acc(0);
+    }
     // Per-channel sums over time of the D and delta_bias gradients (thread c holds channel c).
     Acc dD_sum = 0, dbias_sum = 0;
     for (int tile = 0; tile < s.state_tiles; ++tile) {
@@ -135,6 +148,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         lam[j] = (!kSummary && s.segments > 1 && has_state[j]) ? carry[me.segment_at(p, n0 + j)] : Acc(0);
         decay[j] = Acc(1);
       }
+      // Waited for now, before the first chunk's loads are issued: the walk back reads lam
+      // after every chunk's prefetch, and would wait for the prefetch there (settled_any).
+#pragma unroll
+      for (int j = 0; j < kStates; ++j) lam[j] = settled_any(lam[j]);
       auto state_at = [&](const Acc* base, int64_t k, int j) {
         return (base && has_state[j]) ? base[(k * p.dim + me.d) * p.dstate + n0 + j] : Acc(0);
       };
@@ -155,7 +172,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         if (ends) {
 #pragma unroll
           for (int j = 0; j < kStates; ++j) {
-            lam[j] = state_at(dlast, seq_back, j);
+            lam[j] = settled_any(state_at(dlast, seq_back, j));  // (see the tile's start)
             decay[j] = Acc(0);
           }
         }
@@ -219,7 +236,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         const Acc z = from_raw<In, Acc>(raw_z), dout = from_raw<In, Acc>(raw_dout);
         const bool real = item_real(r, steps);
         const int at = items.row(r) * kPitch + items.column(r);
-        const Acc bias = (real && delta_bias) ? delta_bias[d0 + items.row(r)] : Acc(0);
+        const Acc bias = real ? s_delta_bias[items.row(r)] : Acc(0);
         Acc dl, ddelta_factor;
         fast_processed_delta_and_grad(delta, bias, p.delta_softplus, dl, ddelta_factor);
         Acc dy = dout, dz_factor = Acc(0);
@@ -309,6 +326,18 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       for (int64_t c = c_last; c >= c_first; --c) {
         const int64_t t0 = c * K;
         const int steps = steps_of(c);
+        // A whole chunk inside one sequence (the common case) runs its steps without per-step
+        // sequence checks: a sequence ending at its last step restarts the walk here, and one
+        // starting at its first step gets its initial-state gradient after the walk. (Decided
+        // before the next chunk's loads are issued, so that its reads wait for no prefetch.)
+        bool whole = steps == K, chunk_starts = false;
+        if (whole) {
+          bool ends, starts;
+          step_bounds(t0 + K - 1, ends, starts);
+          const int64_t sequence_start = p.offsets ? p.seq_offset(seq_back) : 0;
+          whole = sequence_start <= t0;
+          chunk_starts = sequence_start == t0;
+        }
         // The chunk's checkpoint, loaded before the staging: its latency passes there instead of
         // stalling the recompute's first step (ncu: 5 % of the stall samples).
         Acc checkpoint[kStates];
@@ -325,18 +354,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         // The previous chunk's loads are in flight while this one's steps run.
         advance_walks();
         if (c > c_first) fetch(steps_of(c - 1));
-
-        // A whole chunk inside one sequence (the common case) runs its steps without per-step
-        // sequence checks: a sequence ending at its last step restarts the walk here, and one
-        // starting at its first step gets its initial-state gradient after the walk.
-        bool whole = steps == K, chunk_starts = false;
-        if (whole) {
-          bool ends, starts;
-          step_bounds(t0 + K - 1, ends, starts);
-          const int64_t sequence_start = p.offsets ? p.seq_offset(seq_back) : 0;
-          whole = sequence_start <= t0;
-          chunk_starts = sequence_start == t0;
-        }
 
         // Runs `step` over the chunk's steps from the last: a whole chunk unrolled with no checks;
         // a chunk with a sequence boundary (or the row's last, partial one) one step at a time
@@ -495,7 +512,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               }
             }
             const Acc u = s_u[at], dy = s_dy[at];
-            const Acc Dd = D ? D[d0 + channel] : Acc(0);
+            const Acc Dd = s_D[channel];
             if (z_in) static_cast<In*>(gr.dz)[flat] = static_cast<In>(s_dz_factor[at] * (y + Dd * u));
             const Acc draw = ddelta * s_ddelta_factor[at];
             static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
