@@ -68,6 +68,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   using Chunk = BackwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kPitch = Chunk::kPitch, kWarps = Chunk::kWarps, R = Policy::kBackwardPrefetchRounds;
   constexpr int RS = Policy::kBackwardStatePrefetchRounds;
+  // With the threads of a channel known at compile time, a whole chunk sums the parts of y,
+  // du and d(delta) over them for kSumSteps steps at once (sum_over_channel_threads: 3 and 6
+  // shuffles for 4 steps instead of 8 and 16); otherwise each step sums its own.
+  constexpr int kSumSteps = kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
+  static_assert(kSumSteps == 0 || K % kSumSteps == 0, "a chunk holds whole groups of summed steps");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int pc = s.channels_per_block * kPitch, S = s.states_per_tile;
   Acc* s_entering = reinterpret_cast<Acc*>(smem_raw);  // [step][thread][kStates]
@@ -394,6 +399,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           Acc h[kStates];
 #pragma unroll
           for (int j = 0; j < kStates; ++j) h[j] = checkpoint[j];
+          // Returns the thread's part of the step's y.
           auto recompute_step = [&](int i) {
             const Acc dl = s_delta[channel_step0 + i];
             const Acc dlu = dl * s_u[channel_step0 + i];
@@ -406,13 +412,28 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               h[j] = Gate<Acc>::exp_scaled(dl * A2[j]) * h[j] + dlu * Bt[j];
               y += Ct[j] * h[j];
             }
+            return y;
+          };
+          auto store_y = [&](int i, Acc y) {
             Acc unused = 0;
             channel_sums(y, unused);
             if (me.quad == 0) s_y[channel_step0 + i] = y;
           };
           if (whole) {
+            if constexpr (kSumSteps > 0) {
+              Acc y[kSumSteps];
 #pragma unroll
-            for (int i = 0; i < K; ++i) recompute_step(i);
+              for (int i = 0; i < K; ++i) {
+                y[i % kSumSteps] = recompute_step(i);
+                if (i % kSumSteps == kSumSteps - 1) {  // the channel's thread q gets the group's step q
+                  sum_over_channel_threads<kSumSteps>(y);
+                  s_y[channel_step0 + i + 1 - kSumSteps + me.quad] = y[0];
+                }
+              }
+            } else {
+#pragma unroll
+              for (int i = 0; i < K; ++i) store_y(i, recompute_step(i));
+            }
           } else {
             int64_t seq = p.offsets ? sequence_of(p, t0) : me.b;
 #pragma unroll 1
@@ -425,7 +446,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                   for (int j = 0; j < kStates; ++j) h[j] = state_at(init, seq, j);
                 }
               }
-              recompute_step(i);
+              store_y(i, recompute_step(i));
             }
           }
 
@@ -437,6 +458,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           Acc h_after[kStates];
 #pragma unroll
           for (int j = 0; j < kStates; ++j) h_after[j] = h[j];
+          Acc sum_parts[2 * (kSumSteps > 0 ? kSumSteps : 1)];  // d(delta), then du, of a group's steps
           auto walk_back_step = [&](int i, auto in_whole_chunk) {
             const Acc dl = s_delta[channel_step0 + i];
             const Acc u = s_u[channel_step0 + i];
@@ -466,10 +488,25 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               if (!B_variable) dBc[j] += dB;
               if (!C_variable) dCc[j] += dC;
             }
-            channel_sums(ddelta_part, du_part);
-            if (me.quad == 0) {
-              s_ddelta[channel_step0 + i] = ddelta_part;
-              s_du[channel_step0 + i] = du_part;
+            if constexpr (decltype(in_whole_chunk)::value && kSumSteps > 0) {
+              sum_parts[i % kSumSteps] = ddelta_part;
+              sum_parts[kSumSteps + i % kSumSteps] = du_part;
+              if (i % kSumSteps == 0) {  // the group's first step: every step of it is in
+                // The channel's thread q gets entries 2q and 2q + 1: the first half of its
+                // threads d(delta) of two consecutive steps each, the other half du.
+                sum_over_channel_threads<kSumSteps>(sum_parts);
+                const int entry = 2 * me.quad;
+                Acc* sums = entry < kSumSteps ? s_ddelta : s_du;
+                const int at = channel_step0 + i + entry % kSumSteps;
+                sums[at] = sum_parts[0];
+                sums[at + 1] = sum_parts[1];
+              }
+            } else {
+              channel_sums(ddelta_part, du_part);
+              if (me.quad == 0) {
+                s_ddelta[channel_step0 + i] = ddelta_part;
+                s_du[channel_step0 + i] = du_part;
+              }
             }
             if (variable_BC) {
               red.run(threads_per_channel);

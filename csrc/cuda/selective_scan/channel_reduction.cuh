@@ -1,4 +1,5 @@
-// The backward's per-step sum of dB and dC over the channels of a warp (selective_scan/backward.cuh).
+// The backward's sums over lanes (selective_scan/backward.cuh): per step, dB and dC over the
+// channels of a warp; per few steps, a channel's values over its threads.
 #pragma once
 
 #include "common.cuh"
@@ -48,5 +49,24 @@ struct ChannelReduction {
 
   __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
 };
+
+// Sums each of the kCount values of v over the kThreads consecutive lanes of a channel, in a
+// fixed order, halving as ChannelReduction does: kCount / 2 + kCount / 4 + ... shuffles for all
+// of them instead of log2(kThreads) for each. On return v[0, kCount / kThreads) hold the sums of
+// entries [q * kCount / kThreads, (q + 1) * kCount / kThreads), q the lane's place in its channel.
+template <int kThreads, int kCount, class Acc>
+__device__ __forceinline__ void sum_over_channel_threads(Acc (&v)[kCount]) {
+  static_assert(kThreads > 1 && (kThreads & (kThreads - 1)) == 0 && kCount % kThreads == 0, "whole halvings");
+#pragma unroll
+  for (int mask = kThreads / 2, half = kCount / 2; mask > 0; mask >>= 1, half >>= 1) {
+    const bool upper = (threadIdx.x & mask) != 0;
+#pragma unroll
+    for (int j = 0; j < half; ++j) {
+      const Acc send = upper ? v[j] : v[j + half];
+      const Acc keep = upper ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+    }
+  }
+}
 
 }  // namespace parprims::cuda
