@@ -630,6 +630,31 @@ def test_backward_over_many_channel_blocks(s, device):
     check_grads(grads, ref_grads, names, inputs)
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_backward_reads_the_incoming_gradient_in_any_layout(dtype, device):
+    # Mamba's shape class (N = 16, variable B and C, inputs contiguous in time, even length): on
+    # CUDA, a time-contiguous incoming gradient lets the backward read two steps an item; the
+    # same values laid out (batch, L, dim) send it to the general kernel. Both against float64.
+    s = SSSample(2, 96, 2 * EVERY + 2, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 dtype=dtype)
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    gout, glast = grad_weights(out), grad_weights(last)
+    gout_by_time = gout.transpose(1, 2).contiguous().transpose(1, 2)  # the same values, time stride = dim
+    assert gout_by_time.stride(-1) != 1 and torch.equal(gout_by_time, gout)
+    wide = dict(args)
+    for k, x in zip(names, inputs):
+        wide[k] = x.detach().double().requires_grad_()
+    rout, rlast = run_ref(wide)
+    ref_grads = torch.autograd.grad((rout, rlast), [wide[k] for k in names], (gout.double(), glast.double()))
+    for g in (gout, gout_by_time):
+        grads = torch.autograd.grad((out, last), inputs, (g, glast), retain_graph=True)
+        check_grads(grads, ref_grads, names, inputs)
+
+
 @pytest.mark.parametrize("bc", ("const", "var", "group"))
 def test_backward_is_deterministic(bc, device):
     # 512 channels: 16 blocks of 32 (N = 16), whose partial sums are added in a fixed order.

@@ -27,12 +27,16 @@ void launch_selective_scan_backward(const SelectiveScanParams& p, const Selectiv
     using Acc = decltype(acc);
     const size_t smem = BackwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
     // Mamba's case, B and C both variable, gets a kernel without the per-step choices, and at
-    // N = 16 (four threads a channel) one whose per-step sums have no branches.
+    // N = 16 (four threads a channel) one whose per-step sums have no branches, reading two
+    // time steps an item where the inputs and gradients allow it (steps_in_pairs).
     auto full = selective_scan_backward_kernel<In, Acc, false, false>;
     if (p.B.variable && p.C.variable) {
       full = selective_scan_backward_kernel<In, Acc, true, false>;
       if constexpr (sizeof(Acc) == 4) {
-        if (shape.threads_per_channel == 4) full = selective_scan_backward_kernel<In, Acc, true, false, 4>;
+        if (shape.threads_per_channel == 4 && shape.state_tiles == 1) {
+          full = steps_in_pairs<In>(p, grads) ? selective_scan_backward_kernel<In, Acc, true, false, 4, 2>
+                                              : selective_scan_backward_kernel<In, Acc, true, false, 4>;
+        }
       }
     }
     run_time_segments<Acc>(

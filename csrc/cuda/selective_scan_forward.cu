@@ -60,29 +60,6 @@ constexpr auto forward_kernel() {
   return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel>;
 }
 
-// Whether a thread's item may be two time steps read in one load: every time-walked input (and
-// out) contiguous in time, with its rows and pairs of steps aligned to two elements, and the
-// length even (chunks and segments start at even steps, so every chunk then has an even count
-// of steps, and an item is in the data or not as a whole).
-template <class In>
-bool steps_in_pairs(const SelectiveScanParams& p) {
-  auto even = [](int64_t v) { return v % 2 == 0; };
-  if (!even(p.len)) return false;
-  auto aligned = [](const void* data) { return reinterpret_cast<uintptr_t>(data) % (2 * sizeof(In)) == 0; };
-  for (const SeqTensor* t : {&p.u, &p.delta, &p.z, &p.out}) {
-    if (t->data != nullptr && !(t->len_stride == 1 && even(t->batch_stride) && even(t->dim_stride) && aligned(t->data))) {
-      return false;
-    }
-  }
-  for (const StateInput* t : {&p.B, &p.C}) {
-    if (!(t->len_stride == 1 && even(t->batch_stride) && even(t->group_stride) && even(t->state_stride) &&
-          aligned(t->data))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
 // in float compute, inputs contiguous in time (two steps an item); the general one otherwise.
 template <class In, class Acc, bool kSummary>

@@ -60,8 +60,12 @@ struct BackwardChunk {
 // registers and per-step choices of constant B or C vanish. kThreadsPerChannel: the shape's
 // threads_per_channel when known at compile time (0: read from the shape), so that the
 // per-step sums over a channel's threads and over the warp's channels are straight-line code
-// with no branches on the lane masks (Mamba's N = 16: 4).
-template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
+// with no branches on the lane masks (Mamba's N = 16: 4), and the item rounds constant.
+// kStepsPerItem: time steps per item of u, delta, z, dout, B, C and the input gradients: 2 (one
+// access of twice the width, one address and one test for two elements) where the launch found
+// them contiguous in time and aligned to pairs with an even length (steps_in_pairs,
+// dispatch.cuh), in the fixed instance only; else 1.
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0, int kStepsPerItem = 1>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPerSM)
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
@@ -73,8 +77,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   // shuffles for 4 steps instead of 8 and 16); otherwise each step sums its own.
   constexpr int kSumSteps = kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   static_assert(kSumSteps == 0 || K % kSumSteps == 0, "a chunk holds whole groups of summed steps");
+  constexpr bool kFixed = kThreadsPerChannel > 0;
+  constexpr int kSteps = kStepsPerItem, kColumns = K / kSteps;  // kColumns items along time per chunk row
+  static_assert(kSteps == 1 || (kSteps == 2 && kFixed), "two steps an item in the fixed instance only");
+  const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
+  const int S = kFixed ? kThreadsPerChannel * kStates : s.states_per_tile;
+  // With fewer than the most threads a channel, the fixed instance's one tile holds all states.
+  const int state_tiles = kFixed ? 1 : s.state_tiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pc = s.channels_per_block * kPitch, S = s.states_per_tile;
+  const int pc = channels_per_block * kPitch;
   Acc* s_entering = reinterpret_cast<Acc*>(smem_raw);  // [step][thread][kStates]
   Acc* s_B = s_entering + K * Policy::kThreads * kStates;
   Acc* s_C = s_B + K * S;
@@ -89,8 +100,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   Acc* s_du = s_y + pc;
   Acc* s_ddelta = s_du + pc;
   Acc* s_delta_bias = s_ddelta + pc;  // by channel, staged once per block
-  Acc* s_D = s_delta_bias + s.channels_per_block;
-  Acc* s_red = s_D + s.channels_per_block;  // [warp][2 * states_per_tile][step]
+  Acc* s_D = s_delta_bias + channels_per_block;
+  Acc* s_red = s_D + channels_per_block;  // [warp][2 * states_per_tile][step]
   const bool B_variable = kVariableBC || p.B.variable, C_variable = kVariableBC || p.C.variable;
   const int threads_per_channel = kThreadsPerChannel > 0 ? kThreadsPerChannel : s.threads_per_channel;
   const bool variable_B = !kSummary && B_variable;  // the summary's state gradient needs no B
@@ -109,10 +120,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   const In* dout_in = static_cast<const In*>(gr.dout.data);
   // A thread's items of every chunk, as in the forward: (channel, step), time fastest when u is
   // contiguous in time; (state, step) of B and C, states fastest.
-  const ItemWalk items(s.channels_per_block, K, p.u.len_stride == 1);
-  const ItemWalk state_items(s.states_per_tile, K, false);
+  const ItemWalk items(channels_per_block, kColumns, kSteps > 1 || p.u.len_stride == 1);
+  const ItemWalk state_items(S, kColumns, false);
+  const int item_rounds = kFixed ? (Policy::kThreads / kThreadsPerChannel) * kColumns / Policy::kThreads : items.rounds;
+  const int state_rounds = kFixed ? kThreadsPerChannel * kStates * kColumns / Policy::kThreads : state_items.rounds;
   // A chunk's loads, held in registers while the block works on the chunk after it in time.
-  using Raw = RawInput<In>;  // unconverted until staged (common.cuh)
+  using Raw = RawSteps<In, kSteps>;  // unconverted until staged (common.cuh)
   Raw next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[RS], next_C[RS];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
@@ -122,17 +135,17 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
     // global load there would be issued after the next chunk's loads and wait for them too
     // (settled_uniform, engine/warp.cuh, says why).
     __syncthreads();  // the previous block's finish has read them
-    if (threadIdx.x < s.channels_per_block) {
+    if (threadIdx.x < channels_per_block) {
       const bool real = me.has_channel(threadIdx.x);
       s_delta_bias[threadIdx.x] = (real && delta_bias) ? delta_bias[d0 + threadIdx.x] : Acc(0);
       s_D[threadIdx.x] = (real && D) ? D[d0 + threadIdx.x] : Acc(0);
     }
     // Per-channel sums over time of the D and delta_bias gradients (thread c holds channel c).
     Acc dD_sum = 0, dbias_sum = 0;
-    for (int tile = 0; tile < s.state_tiles; ++tile) {
-      const bool first_tile = tile == 0, last_tile = tile + 1 == s.state_tiles;
+    for (int tile = 0; tile < state_tiles; ++tile) {
+      const bool first_tile = tile == 0, last_tile = tile + 1 == state_tiles;
       const int state0 = me.quad * kStates;  // the thread's first state within the tile
-      const int64_t tile_n0 = static_cast<int64_t>(tile) * s.states_per_tile;
+      const int64_t tile_n0 = static_cast<int64_t>(tile) * S;
       const int64_t n0 = tile_n0 + state0;
       Acc Araw[kStates], A2[kStates], Bc[kStates], Cc[kStates];
       Acc lam[kStates], dA[kStates], dBc[kStates], dCc[kStates];
@@ -193,41 +206,45 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       const int64_t c_first = me.t_begin / K, c_last = (t_end - 1) / K;
       const int64_t t_last = c_last * K;
       auto steps_of = [&](int64_t c) { return static_cast<int>(p.len - c * K < K ? p.len - c * K : K); };
-      StridedWalk u_walk(p.u.offset(me.b, d0, t_last), p.u.dim_stride, p.u.len_stride, items, -K);
-      StridedWalk delta_walk(p.delta.offset(me.b, d0, t_last), p.delta.dim_stride, p.delta.len_stride, items, -K);
-      StridedWalk z_walk(p.z.offset(me.b, d0, t_last), p.z.dim_stride, p.z.len_stride, items, -K);
-      StridedWalk dout_walk(gr.dout.offset(me.b, d0, t_last), gr.dout.dim_stride, gr.dout.len_stride, items, -K);
-      StridedWalk grad_walk((me.b * p.dim + d0) * p.len + t_last, p.len, 1, items, -K);  // contiguous gradients
-      StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_last), p.B.state_stride, p.B.len_stride,
-                         state_items, -K);
-      StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_last), p.C.state_stride, p.C.len_stride,
-                         state_items, -K);
-      // An item inside the chunk's (channel, step) grid, and one that is a real element.
-      auto in_grid = [&](int r) { return items.row(r) < s.channels_per_block && items.column(r) < K; };
+      auto walk = [&](int64_t origin, int64_t row_stride, int64_t len_stride, const ItemWalk& w) {
+        return StridedWalk(origin, row_stride, kSteps * len_stride, w, -kColumns);
+      };
+      StridedWalk u_walk = walk(p.u.offset(me.b, d0, t_last), p.u.dim_stride, p.u.len_stride, items);
+      StridedWalk delta_walk = walk(p.delta.offset(me.b, d0, t_last), p.delta.dim_stride, p.delta.len_stride, items);
+      StridedWalk z_walk = walk(p.z.offset(me.b, d0, t_last), p.z.dim_stride, p.z.len_stride, items);
+      StridedWalk dout_walk = walk(gr.dout.offset(me.b, d0, t_last), gr.dout.dim_stride, gr.dout.len_stride, items);
+      StridedWalk grad_walk = walk((me.b * p.dim + d0) * p.len + t_last, p.len, 1, items);  // contiguous gradients
+      StridedWalk B_walk = walk(p.B.offset(me.b, me.group, 0, tile_n0, t_last), p.B.state_stride, p.B.len_stride,
+                                state_items);
+      StridedWalk C_walk = walk(p.C.offset(me.b, me.group, 0, tile_n0, t_last), p.C.state_stride, p.C.len_stride,
+                                state_items);
+      // An item inside the chunk's (channel, step) grid, and one that is in the data (with two
+      // steps an item, the chunk's count of steps is even: both or neither are).
+      auto in_grid = [&](int r) { return items.row(r) < channels_per_block && items.column(r) < kColumns; };
       auto item_real = [&](int r, int steps) {
-        return items.row(r) < s.channels_per_block && items.column(r) < steps && me.has_channel(items.row(r));
+        return items.row(r) < channels_per_block && items.column(r) * kSteps < steps && me.has_channel(items.row(r));
       };
       auto load_inputs = [&](int r, int steps, Raw& u, Raw& delta, Raw& z, Raw& dout) {
         const bool real = item_real(r, steps);
-        u = (real && !kSummary) ? load_raw(u_in + u_walk.at(r)) : Raw(0);
-        delta = real ? load_raw(delta_in + delta_walk.at(r)) : Raw(0);
-        z = (real && z_in) ? load_raw(z_in + z_walk.at(r)) : Raw(0);
-        dout = real ? load_raw(dout_in + dout_walk.at(r)) : Raw(0);
+        u = kSummary ? Raw{} : Raw::load(u_in + u_walk.at(r), real);
+        delta = Raw::load(delta_in + delta_walk.at(r), real);
+        z = z_in ? Raw::load(z_in + z_walk.at(r), real) : Raw{};
+        dout = Raw::load(dout_in + dout_walk.at(r), real);
       };
       auto load_state = [&](const StateInput& P, const StridedWalk& walk, int r, int steps) {
-        const bool real = state_items.column(r) < steps && tile_n0 + state_items.row(r) < p.dstate;
-        return real ? load_raw(static_cast<const In*>(P.data) + walk.at(r)) : Raw(0);
+        const bool real = state_items.column(r) * kSteps < steps && tile_n0 + state_items.row(r) < p.dstate;
+        return Raw::load(static_cast<const In*>(P.data) + walk.at(r), real);
       };
       // Issues the loads of the chunk the walks point at into the registers.
       auto fetch = [&](int steps) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          if (r < items.rounds) load_inputs(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+          if (r < item_rounds) load_inputs(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
         }
 #pragma unroll
         for (int r = 0; r < RS; ++r) {
-          if (variable_B && r < state_items.rounds) next_B[r] = load_state(p.B, B_walk, r, steps);
-          if (variable_C && r < state_items.rounds) next_C[r] = load_state(p.C, C_walk, r, steps);
+          if (variable_B && r < state_rounds) next_B[r] = load_state(p.B, B_walk, r, steps);
+          if (variable_C && r < state_rounds) next_C[r] = load_state(p.C, C_walk, r, steps);
         }
       };
       auto advance_walks = [&] {
@@ -237,48 +254,55 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       // reads no input again.
       auto stage_item = [&](int r, int steps, Raw raw_u, Raw raw_delta, Raw raw_z, Raw raw_dout) {
         if (!in_grid(r)) return;
-        const Acc u = from_raw<In, Acc>(raw_u), delta = from_raw<In, Acc>(raw_delta);
-        const Acc z = from_raw<In, Acc>(raw_z), dout = from_raw<In, Acc>(raw_dout);
         const bool real = item_real(r, steps);
-        const int at = items.row(r) * kPitch + items.column(r);
         const Acc bias = real ? s_delta_bias[items.row(r)] : Acc(0);
-        Acc dl, ddelta_factor;
-        fast_processed_delta_and_grad(delta, bias, p.delta_softplus, dl, ddelta_factor);
-        Acc dy = dout, dz_factor = Acc(0);
-        if (z_in) {
-          const Acc sig = fast_sigmoid(z);
-          dy = dout * z * sig;
-          dz_factor = dout * sig * (Acc(1) + z * (Acc(1) - sig));
-        }
-        s_delta[at] = real ? dl : Acc(0);
-        s_dy[at] = dy;
-        if constexpr (!kSummary) {
-          s_u[at] = u;
-          s_dz_factor[at] = dz_factor;
-          s_ddelta_factor[at] = ddelta_factor;
+#pragma unroll
+        for (int k = 0; k < kSteps; ++k) {
+          const Acc u = raw_u.template value<Acc>(k), delta = raw_delta.template value<Acc>(k);
+          const Acc z = raw_z.template value<Acc>(k), dout = raw_dout.template value<Acc>(k);
+          const int at = items.row(r) * kPitch + items.column(r) * kSteps + k;
+          Acc dl, ddelta_factor;
+          fast_processed_delta_and_grad(delta, bias, p.delta_softplus, dl, ddelta_factor);
+          Acc dy = dout, dz_factor = Acc(0);
+          if (z_in) {
+            const Acc sig = fast_sigmoid(z);
+            dy = dout * z * sig;
+            dz_factor = dout * sig * (Acc(1) + z * (Acc(1) - sig));
+          }
+          s_delta[at] = real ? dl : Acc(0);
+          s_dy[at] = dy;
+          if constexpr (!kSummary) {
+            s_u[at] = u;
+            s_dz_factor[at] = dz_factor;
+            s_ddelta_factor[at] = ddelta_factor;
+          }
         }
       };
       auto stage_state = [&](Acc* dst, int r, Raw v) {
-        if (state_items.column(r) < K) dst[state_items.column(r) * S + state_items.row(r)] = from_raw<In, Acc>(v);
+        if (state_items.column(r) >= kColumns) return;  // past the grid (N <= 2)
+#pragma unroll
+        for (int k = 0; k < kSteps; ++k) {
+          dst[(state_items.column(r) * kSteps + k) * S + state_items.row(r)] = v.template value<Acc>(k);
+        }
       };
       auto stage = [&](int steps) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          if (r < items.rounds) stage_item(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
+          if (r < item_rounds) stage_item(r, steps, next_u[r], next_delta[r], next_z[r], next_dout[r]);
         }
 #pragma unroll
         for (int r = 0; r < RS; ++r) {
-          if (variable_B && r < state_items.rounds) stage_state(s_B, r, next_B[r]);
-          if (variable_C && r < state_items.rounds) stage_state(s_C, r, next_C[r]);
+          if (variable_B && r < state_rounds) stage_state(s_B, r, next_B[r]);
+          if (variable_C && r < state_rounds) stage_state(s_C, r, next_C[r]);
         }
         // Rounds beyond the registers (N <= 8, or N > 32) load now.
-        for (int r = R; r < items.rounds; ++r) {
+        for (int r = R; r < item_rounds; ++r) {
           Raw u, delta, z, dout;
           load_inputs(r, steps, u, delta, z, dout);
           stage_item(r, steps, u, delta, z, dout);
         }
-        for (int r = RS; variable_B && r < state_items.rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
-        for (int r = RS; variable_C && r < state_items.rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
+        for (int r = RS; variable_B && r < state_rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
+        for (int r = RS; variable_C && r < state_rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
       };
       // The step's B and C for the thread's states.
       auto states_at = [&](int i, Acc (&Bt)[kStates], Acc (&Ct)[kStates]) {
@@ -527,54 +551,65 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           __syncthreads();
 
           // ---- 4. finish ----
-          for (int r = 0; r < items.rounds; ++r) {
+#pragma unroll
+          for (int r = 0; r < item_rounds; ++r) {
             if (!item_real(r, steps)) continue;
-            const int channel = items.row(r), at = channel * kPitch + items.column(r);
-            const int64_t flat = grad_walk.at(r);
-            Acc y = s_y[at], du = s_du[at], ddelta = s_ddelta[at];
-            if (s.state_tiles > 1) {
-              Acc* ys = static_cast<Acc*>(s.y_scratch);
-              Acc* dus = static_cast<Acc*>(s.du_scratch);
-              Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
-              if (!first_tile) {
-                y += ys[flat];
-                du += dus[flat];
-                ddelta += dds[flat];
-              }
-              if (!last_tile) {
-                ys[flat] = y;
-                dus[flat] = du;
-                dds[flat] = ddelta;
-                continue;
-              }
-            }
-            const Acc u = s_u[at], dy = s_dy[at];
+            const int channel = items.row(r);
+            const int64_t flat = grad_walk.at(r);  // the item's first step
             const Acc Dd = s_D[channel];
-            if (z_in) static_cast<In*>(gr.dz)[flat] = static_cast<In>(s_dz_factor[at] * (y + Dd * u));
-            const Acc draw = ddelta * s_ddelta_factor[at];
-            static_cast<In*>(gr.du)[flat] = static_cast<In>(du + dy * Dd);
-            static_cast<In*>(gr.ddelta)[flat] = static_cast<In>(draw);
-            // The terms of the per-channel sums below.
-            s_dD_terms[at] = dy * u;
-            s_dbias_terms[at] = draw;
+            Acc du_out[kSteps], ddelta_out[kSteps], dz_out[kSteps];
+            bool done = true;  // the tile's sums are the whole sums (the last tile, or the only one)
+#pragma unroll
+            for (int k = 0; k < kSteps; ++k) {
+              const int at = channel * kPitch + items.column(r) * kSteps + k;
+              Acc y = s_y[at], du = s_du[at], ddelta = s_ddelta[at];
+              if (state_tiles > 1) {  // (one step an item)
+                Acc* ys = static_cast<Acc*>(s.y_scratch);
+                Acc* dus = static_cast<Acc*>(s.du_scratch);
+                Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
+                if (!first_tile) {
+                  y += ys[flat + k];
+                  du += dus[flat + k];
+                  ddelta += dds[flat + k];
+                }
+                if (!last_tile) {
+                  ys[flat + k] = y;
+                  dus[flat + k] = du;
+                  dds[flat + k] = ddelta;
+                  done = false;
+                  continue;
+                }
+              }
+              const Acc u = s_u[at], dy = s_dy[at];
+              dz_out[k] = s_dz_factor[at] * (y + Dd * u);
+              ddelta_out[k] = ddelta * s_ddelta_factor[at];
+              du_out[k] = du + dy * Dd;
+              // The terms of the per-channel sums below.
+              s_dD_terms[at] = dy * u;
+              s_dbias_terms[at] = ddelta_out[k];
+            }
+            if (!done) continue;
+            if (z_in) store_steps<In, Acc, kSteps>(static_cast<In*>(gr.dz) + flat, dz_out);
+            store_steps<In, Acc, kSteps>(static_cast<In*>(gr.du) + flat, du_out);
+            store_steps<In, Acc, kSteps>(static_cast<In*>(gr.ddelta) + flat, ddelta_out);
           }
           grad_walk.base += grad_walk.chunk_stride;
           if (variable_BC && threadIdx.x % K < steps) {
             // Thread x sums the warps' rows at step x % K of entries x / K, x / K + kThreads / K,
             // ... (dB of the tile's states, then dC), in warp order.
             const int step = threadIdx.x % K;
-            for (int entry = threadIdx.x / K; entry < 2 * s.states_per_tile; entry += Policy::kThreads / K) {
-              const bool is_C = entry >= s.states_per_tile;
-              const int state = is_C ? entry - s.states_per_tile : entry;
+            for (int entry = threadIdx.x / K; entry < 2 * S; entry += Policy::kThreads / K) {
+              const bool is_C = entry >= S;
+              const int state = is_C ? entry - S : entry;
               if (!(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
               Acc sum = 0;
-              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * s.states_per_tile + entry) * kPitch + step];
+              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * S + entry) * kPitch + step];
               (is_C ? dC_rows : dB_rows)[state * p.len + t0 + step] = sum;
             }
           }
           if (last_tile) {
             __syncthreads();
-            if (threadIdx.x < s.channels_per_block) {
+            if (threadIdx.x < channels_per_block) {
               for (int i = 0; i < steps; ++i) {  // in order: the same sums on every run
                 dD_sum += s_dD_terms[threadIdx.x * kPitch + i];
                 dbias_sum += s_dbias_terms[threadIdx.x * kPitch + i];
@@ -598,7 +633,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
       }
     }
-    if (!kSummary && threadIdx.x < s.channels_per_block && me.has_channel(threadIdx.x)) {
+    if (!kSummary && threadIdx.x < channels_per_block && me.has_channel(threadIdx.x)) {
       const int64_t d = d0 + threadIdx.x;
       const int64_t row = me.partial_row(p) * p.dim + d;
       if (gr.dD_partial) static_cast<Acc*>(gr.dD_partial)[row] = dD_sum;

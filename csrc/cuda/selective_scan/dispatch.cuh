@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common.cuh"
 #include "launch.h"
@@ -32,6 +33,47 @@ void allow_shared_memory(Kernel kernel, size_t smem) {
                 " bytes of shared memory per block, more than the device's ", most);
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
+}
+
+// Whether `data` is aligned to two elements of In (a pair of steps in one access).
+template <class In>
+inline bool pair_aligned(const void* data) {
+  return reinterpret_cast<uintptr_t>(data) % (2 * sizeof(In)) == 0;
+}
+
+// Whether a thread's item may be two time steps read in one load: every time-walked input (and
+// out) contiguous in time, with its rows and pairs of steps aligned to two elements, and the
+// length even (chunks and segments start at even steps, so every chunk then has an even count
+// of steps, and an item is in the data or not as a whole).
+template <class In>
+inline bool steps_in_pairs(const SelectiveScanParams& p) {
+  auto even = [](int64_t v) { return v % 2 == 0; };
+  if (!even(p.len)) return false;
+  auto aligned = [](const void* data) { return pair_aligned<In>(data); };
+  for (const SeqTensor* t : {&p.u, &p.delta, &p.z, &p.out}) {
+    if (t->data != nullptr && !(t->len_stride == 1 && even(t->batch_stride) && even(t->dim_stride) && aligned(t->data))) {
+      return false;
+    }
+  }
+  for (const StateInput* t : {&p.B, &p.C}) {
+    if (!(t->len_stride == 1 && even(t->batch_stride) && even(t->group_stride) && even(t->state_stride) &&
+          aligned(t->data))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The same for the backward: the forward's inputs, the incoming gradient, and the input
+// gradients it writes ((batch, dim, L) contiguous: aligned and of even length suffice).
+template <class In>
+inline bool steps_in_pairs(const SelectiveScanParams& p, const SelectiveScanGrads& g) {
+  const SeqTensor& dout = g.dout;
+  const bool dout_pairs = dout.len_stride == 1 && dout.batch_stride % 2 == 0 && dout.dim_stride % 2 == 0 &&
+                          pair_aligned<In>(dout.data);
+  bool grads_aligned = true;
+  for (const void* grad : {g.du, g.ddelta, g.dz}) grads_aligned = grads_aligned && (grad == nullptr || pair_aligned<In>(grad));
+  return steps_in_pairs<In>(p) && dout_pairs && grads_aligned;
 }
 
 // Launches `kernel` with `smem` bytes of dynamic shared memory, over a grid-stride 1-D grid.
