@@ -98,15 +98,21 @@ def reductions(dev):
     pp.histogram(x[:5000], 16, (0.0, 1.0), offsets=torch.tensor([0, 100, 100, 4000, 5000], device=dev))
 
 
-def selective(dev, b, d, L, n, dtype, lengths=None, const=False):
-    u = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
-    delta = (torch.rand(b, d, L, device=dev) * 0.2).to(dtype).requires_grad_()
+def selective(dev, b, d, L, n, dtype, lengths=None, const=False, time_strided=False):
+    def sequence(values):  # (b, d, L), or a (b, L, d) tensor's transposed view
+        values = values.to(dtype)
+        if time_strided:
+            values = values.transpose(1, 2).contiguous().transpose(1, 2)
+        return values.requires_grad_()
+
+    u = sequence(torch.randn(b, d, L, device=dev))
+    delta = sequence(torch.rand(b, d, L, device=dev) * 0.2)
     A = (-torch.rand(d, n, device=dev) - 0.1).requires_grad_()
     shape, bc_dtype = ((d, n), torch.float32) if const else ((b, n, L), dtype)
     B = torch.randn(shape, device=dev, dtype=bc_dtype, requires_grad=True)
     C = torch.randn(shape, device=dev, dtype=bc_dtype, requires_grad=True)
     D = torch.randn(d, device=dev, requires_grad=True)
-    z = torch.randn(b, d, L, device=dev, dtype=dtype, requires_grad=True)
+    z = sequence(torch.randn(b, d, L, device=dev))
     bias = torch.randn(d, device=dev, requires_grad=True)
     cu, states = None, b
     if lengths is not None:
@@ -126,6 +132,8 @@ def selectives(dev):
     selective(dev, 1, 192, 2048, 16, torch.float32, lengths=(100, 900, 0, 1048))
     selective(dev, 1, 8, 1536, 80, torch.float32)  # two state tiles
     selective(dev, 2, 20, 1090, 16, torch.float32)  # N = 16, two steps an item, a partial block of channels
+    selective(dev, 2, 20, 1091, 16, torch.float32)  # N = 16, one step an item (odd length)
+    selective(dev, 2, 20, 1090, 16, torch.bfloat16, time_strided=True)  # one step an item, strided in time
 
 
 def main():

@@ -177,9 +177,9 @@ def _samples():
     for n in (1, 16, 64, 256, 300):
         out.append(S(1, 2, 40, n, "const" if n in (16, 300) else "var", D=True, z=n != 64, delta_bias=True,
                      softplus=True, init=n == 300))
-    # Mamba's N = 16 with variable B and C: the CUDA forward's instance for it takes two time
+    # Mamba's N = 16 with variable B and C: the CUDA kernels' instances for it take two time
     # steps an item where the inputs are time-contiguous, pair-aligned and of even length, and
-    # the general one otherwise. Even and odd lengths, a partial last chunk, a partial block of
+    # one otherwise. Even and odd lengths, a partial last chunk, a partial block of
     # channels (dim 20, 18), 12 states of 16, half inputs, a transposed view, time segments
     # (L = 4096 on few rows) and packed sequences.
     for batch, dim, L, n, bc, dt, view in ((2, 20, 2 * EVERY + 2, 16, "var", torch.float32, "contiguous"),

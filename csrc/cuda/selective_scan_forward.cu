@@ -55,20 +55,22 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
   s.blocks = s.channel_blocks * s.segments;
 }
 
-template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0, int kStepsPerItem = 1>
 constexpr auto forward_kernel() {
-  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel>;
+  return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel, kStepsPerItem>;
 }
 
 // The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
-// in float compute, inputs contiguous in time (two steps an item); the general one otherwise.
+// in float compute; two steps an item where the inputs are contiguous in time and the length
+// even, one otherwise (odd lengths, (batch, L, dim) views). The general instance for the rest.
 template <class In, class Acc, bool kSummary>
 auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape& s) {
   constexpr int kMambaThreads = 8;
   const bool both = p.B.variable && p.C.variable;
   if constexpr (sizeof(Acc) == 4) {
-    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1 && steps_in_pairs<In>(p)) {
-      return forward_kernel<In, Acc, true, kSummary, kMambaThreads>();
+    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1) {
+      return steps_in_pairs<In>(p) ? forward_kernel<In, Acc, true, kSummary, kMambaThreads, 2>()
+                                   : forward_kernel<In, Acc, true, kSummary, kMambaThreads, 1>();
     }
   }
   return both ? forward_kernel<In, Acc, true, kSummary>() : forward_kernel<In, Acc, false, kSummary>();

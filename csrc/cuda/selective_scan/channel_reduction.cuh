@@ -6,6 +6,22 @@
 
 namespace parprims::cuda {
 
+// One halving round over the lanes that differ in `mask`: of v[0, 2 * kHalf), the lower lane
+// keeps the first half and the upper lane the second, each summed with the partner's copy of
+// it, into v[0, kHalf). One shuffle per value kept. Returns whether this lane is the upper one.
+template <int kHalf, class Acc, int kCount>
+__device__ __forceinline__ bool keep_half_summed(Acc (&v)[kCount], int mask) {
+  static_assert(2 * kHalf <= kCount, "a half of the values held");
+  const bool upper = (threadIdx.x & mask) != 0;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const Acc send = upper ? v[j] : v[j + kHalf];
+    const Acc keep = upper ? v[j + kHalf] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+  }
+  return upper;
+}
+
 // Sums the 2 * kStates values of v (dB then dC of the lane's states) over the channels of a
 // warp (the lanes that differ in the bits above the channel's lanes), in a fixed order. Each
 // round halves the values a lane holds: the lane keeps one half and receives the partner's
@@ -21,14 +37,7 @@ struct ChannelReduction {
 
   template <int kHalf>
   __device__ __forceinline__ void halve(int mask) {
-    const bool upper = (threadIdx.x & mask) != 0;
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-      const Acc send = upper ? v[j] : v[j + kHalf];
-      const Acc keep = upper ? v[j + kHalf] : v[j];
-      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-    if (upper) base += kHalf;
+    if (keep_half_summed<kHalf>(v, mask)) base += kHalf;
     count = kHalf;
   }
 
@@ -50,6 +59,14 @@ struct ChannelReduction {
   __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
 };
 
+// The rounds of sum_over_channel_threads from lane mask kMask down to 1, kHalf values kept in
+// the first.
+template <int kMask, int kHalf, class Acc, int kCount>
+__device__ __forceinline__ void halve_over_lanes(Acc (&v)[kCount]) {
+  keep_half_summed<kHalf>(v, kMask);
+  if constexpr (kMask > 1) halve_over_lanes<kMask / 2, kHalf / 2>(v);
+}
+
 // Sums each of the kCount values of v over the kThreads consecutive lanes of a channel, in a
 // fixed order, halving as ChannelReduction does: kCount / 2 + kCount / 4 + ... shuffles for all
 // of them instead of log2(kThreads) for each. On return v[0, kCount / kThreads) hold the sums of
@@ -57,16 +74,7 @@ struct ChannelReduction {
 template <int kThreads, int kCount, class Acc>
 __device__ __forceinline__ void sum_over_channel_threads(Acc (&v)[kCount]) {
   static_assert(kThreads > 1 && (kThreads & (kThreads - 1)) == 0 && kCount % kThreads == 0, "whole halvings");
-#pragma unroll
-  for (int mask = kThreads / 2, half = kCount / 2; mask > 0; mask >>= 1, half >>= 1) {
-    const bool upper = (threadIdx.x & mask) != 0;
-#pragma unroll
-    for (int j = 0; j < half; ++j) {
-      const Acc send = upper ? v[j] : v[j + half];
-      const Acc keep = upper ? v[j + half] : v[j];
-      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-    }
-  }
+  halve_over_lanes<kThreads / 2, kCount / 2>(v);
 }
 
 }  // namespace parprims::cuda

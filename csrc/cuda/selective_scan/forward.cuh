@@ -58,7 +58,11 @@ struct ForwardChunk {
 // kThreadsPerChannel: the shape's threads_per_channel when known at compile time (0: read from
 // the shape). The instance for Mamba's N = 16 (8 threads a channel) then has constant item
 // rounds, step addresses and a straight-line sum of y's parts over the channel's threads.
-template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0>
+// kStepsPerItem: time steps per item of u, delta, z, out, B and C: 2 (one load of twice the
+// width, and one address and one test for two elements) where the launch found them contiguous
+// in time and aligned to pairs with an even length (steps_in_pairs, dispatch.cuh), in the fixed
+// instance only; else 1.
+template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0, int kStepsPerItem = 1>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
     selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
   constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
@@ -68,11 +72,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
   const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
   const int states_per_tile = kFixed ? kThreadsPerChannel * S : s.states_per_tile;
-  // Time steps per item of u, delta, z, out, B and C: two in the instance for N = 16 (one load
-  // of twice the width, and one address and one test for two elements; the launch checks that
-  // the inputs are contiguous in time and aligned to pairs, and that the length is even), one
-  // otherwise.
-  constexpr int kSteps = kFixed ? 2 : 1;
+  constexpr int kSteps = kStepsPerItem;
+  static_assert(kSteps == 1 || (kSteps == 2 && kFixed), "two steps an item in the fixed instance only");
   constexpr int kColumns = K / kSteps;  // items along time per chunk row
   constexpr int kItemRounds = kFixed ? (Policy::kThreads / kThreadsPerChannel) * kColumns / Policy::kThreads : 0;
   // With fewer than the most threads a channel, the shape's one tile holds all the states.
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // (state, step) of B and C, states fastest, whatever their layout: their shared rows are
   // then written without bank conflicts. (Measured on the H200 at (8, 1536, 2048, 16): 0.60 ms
   // this way, 0.74 ms with time-fastest loads into rows padded against conflicts.)
-  const ItemWalk items(channels_per_block, kColumns, kFixed || p.u.len_stride == 1);
+  const ItemWalk items(channels_per_block, kColumns, kSteps > 1 || p.u.len_stride == 1);
   const ItemWalk B_items(states_per_tile, kColumns, false);
   const ItemWalk C_items(states_per_tile, kColumns, false);
   // A chunk's loads, held in registers from the end of one chunk's staging to the next's,
