@@ -15,7 +15,8 @@ Cases (``--ops``, both by default):
   forward of the other scheme, a send/recv chain of states from rank to rank
   (``chain_affine_scan``).
 * ``selective``: ``(batch, dim, L, N) = (1, 2048, 2^18, 16)`` float32, variable B and C
-  (``--quick``: ``(1, 8, 2^12, 4)``).
+  (``--quick``: ``(1, 8, 2^12, 4)``); ``selective-pipeline``: the same with
+  ``schedule="pipeline"`` (8 groups of channels).
 
 Modes ``forward`` and ``forward+backward`` (the gradient of the output is an input of its
 size). Every rank generates its own slice from a formula of the (time, channel) position, so
@@ -138,6 +139,11 @@ OPS = {
     "selective": dict(shape=(1, 2048, 1 << 18, 16), quick=(1, 8, 1 << 12, 4), length_at=2, inputs=selective_inputs,
                       local=lambda x: pp.selective_scan(*x), split=lambda x: pp.distributed.selective_scan(*x),
                       timed=(0, 1, 3, 4)),
+    # The same, with the pipeline schedule (every slice scanned once, in groups of channels).
+    "selective-pipeline": dict(shape=(1, 2048, 1 << 18, 16), quick=(1, 8, 1 << 12, 4), length_at=2,
+                               inputs=selective_inputs, local=lambda x: pp.selective_scan(*x),
+                               split=lambda x: pp.distributed.selective_scan(*x, schedule="pipeline"),
+                               timed=(0, 1, 3, 4)),
 }
 
 
@@ -331,7 +337,7 @@ def longest(op, shape, device, doublings=8):
 
 
 def print_table(rows):
-    print(f"{'op':9} {'mode':20} {'shape':>20} {'ranks':>5} {'ms':>10} {'1-dev ms':>10} {'speedup':>8} "
+    print(f"{'op':18} {'mode':31} {'shape':>20} {'ranks':>5} {'ms':>10} {'1-dev ms':>10} {'speedup':>8} "
           f"{'GiB/rank':>9} {'1-dev GiB':>9} {'final err':>9}")
     for r in rows:
         def f(key, fmt):
@@ -339,7 +345,7 @@ def print_table(rows):
                 return "oom"
             return "-" if r.get(key) is None else format(r[key], fmt)
 
-        print(f"{r['op']:9} {r['mode']:20} {harness.shape_str(r['shape']):>20} {r['ranks']:>5} {r['ms']:>10.3f} "
+        print(f"{r['op']:18} {r['mode']:31} {harness.shape_str(r['shape']):>20} {r['ranks']:>5} {r['ms']:>10.3f} "
               f"{f('one_device_ms', '.3f'):>10} {f('speedup', '.2f'):>8} {f('peak_gib_per_rank', '.2f'):>9} "
               f"{f('one_device_peak_gib', '.2f'):>9} {f('final_state_rel_err', '.1e'):>9}")
 

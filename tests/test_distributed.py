@@ -184,6 +184,7 @@ class SelectiveCase:
     init: bool = False
     loss: str = "both"  # both | out | last
     seqs: Optional[Tuple[int, ...]] = None  # packed sequences (batch 1) crossing the slices
+    schedule: str = "all_gather"  # or "pipeline" (in groups of channels: 3 of the 4, or 2 groups of B/C)
 
     @property
     def batch(self):
@@ -204,6 +205,13 @@ def _selective_cases(world):
         SelectiveCase(s3, bc="const", extras=False, init=True),
         SelectiveCase(packed[0], seqs=packed[1], init=True),
         SelectiveCase(packed[0], seqs=packed[1], bc="const", extras=False),
+        # The pipeline schedule: uneven groups of channels, empty slices, grouped B/C cut at
+        # their groups, gradients through last_state only, packed sequences crossing ranks.
+        SelectiveCase(s0, init=True, schedule="pipeline"),
+        SelectiveCase(s1, bc="const", init=True, loss="last", schedule="pipeline"),
+        SelectiveCase(s2, bc="group", extras=False, schedule="pipeline"),
+        SelectiveCase(s3, init=True, loss="out", schedule="pipeline"),
+        SelectiveCase(packed[0], seqs=packed[1], init=True, schedule="pipeline"),
     ]
 
 
@@ -243,7 +251,8 @@ def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
 
     part = {k: _leaf(v.narrow(-1, start, length) if timed(k, v) else v) for k, v in x.items()}
     local = None if offsets is None else pp.distributed.local_cu_seqlens(offsets, start, length)
-    out, last = pp.distributed.selective_scan(**part, delta_softplus=softplus, cu_seqlens=local)
+    out, last = pp.distributed.selective_scan(**part, delta_softplus=softplus, cu_seqlens=local,
+                                              schedule=case.schedule, pipeline_chunks=3)
     loss(out, last, weight_out.narrow(-1, start, length), weight_last[rank]).backward()
 
     close = dict(rtol=1e-10, atol=1e-11, msg=lambda m: f"{case} on rank {rank}: {m}")
@@ -341,3 +350,12 @@ def test_import_needs_no_process_group():
 
     with pytest.raises((RuntimeError, ValueError), match="process group"):
         affine_scan(torch.rand(2, 5), torch.randn(2, 5))
+
+
+@pytest.mark.parametrize("kwargs, pattern", [(dict(schedule="ring"), "schedule"),
+                                             (dict(schedule="pipeline", pipeline_chunks=0), "pipeline_chunks"),
+                                             (dict(schedule="pipeline", pipeline_chunks=2.0), "pipeline_chunks")])
+def test_selective_scan_schedule_is_checked_first(kwargs, pattern):
+    u, delta, A, B, C = torch.randn(1, 2, 5), torch.rand(1, 2, 5), -torch.rand(2, 3), torch.randn(2, 3), torch.randn(2, 3)
+    with pytest.raises(ValueError, match=pattern):
+        pp.distributed.selective_scan(u, delta, A, B, C, **kwargs)
