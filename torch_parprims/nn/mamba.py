@@ -170,7 +170,7 @@ class Mamba(nn.Module):
 
     def forward(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor] = None,
                 inference_cache: Optional[Tuple[Tensor, Tensor]] = None, *,
-                sequence_parallel_group=None) -> Tensor:
+                sequence_parallel_group=None, sequence_parallel_schedule: str = "all_gather") -> Tensor:
         """``(batch, L, d_model)`` -> ``(batch, L, d_model)``.
 
         With ``cu_seqlens`` (int32 or int64, ``(S+1,)``, on x's device, flash-attn's
@@ -193,6 +193,8 @@ class Mamba(nn.Module):
         *global* offsets of the packed sequence (the same on every rank). Every rank must call
         it, and the backward; each rank's parameter gradients are its share, to be summed over
         the group (as data parallelism does). Not with ``inference_cache``.
+        ``sequence_parallel_schedule`` is the scan's ``schedule`` (``"all_gather"`` or
+        ``"pipeline"``, :func:`torch_parprims.distributed.selective_scan`).
 
         Example::
 
@@ -210,7 +212,8 @@ class Mamba(nn.Module):
         if sequence_parallel_group is not None:
             if inference_cache is not None:
                 raise ValueError("inference_cache: not available with sequence_parallel_group")
-            return self._forward_sequence_parallel(hidden_states, cu_seqlens, sequence_parallel_group)
+            return self._forward_sequence_parallel(hidden_states, cu_seqlens, sequence_parallel_group,
+                                                   sequence_parallel_schedule)
         x, z = self._in_projection(hidden_states)
         if inference_cache is not None:
             with torch.no_grad():
@@ -225,7 +228,8 @@ class Mamba(nn.Module):
                 inference_cache[1].copy_(last_state)
         return self.out_proj(y.transpose(1, 2))
 
-    def _forward_sequence_parallel(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor], group) -> Tensor:
+    def _forward_sequence_parallel(self, hidden_states: Tensor, cu_seqlens: Optional[Tensor], group,
+                                   schedule: str) -> Tensor:
         """forward's sequence-parallel path: the same steps, with the convolution and the scan
         of torch_parprims.distributed."""
         from .. import distributed
@@ -240,7 +244,8 @@ class Mamba(nn.Module):
             local = distributed.local_cu_seqlens(cu_seqlens.to(torch.int64), start, x.shape[-1])
         delta, B, C = self._ssm_inputs(x)
         A, D, delta_bias = self._ssm_params(x.dtype)
-        y, _ = distributed.selective_scan(x, delta, A, B, C, D, z, delta_bias, True, None, group, cu_seqlens=local)
+        y, _ = distributed.selective_scan(x, delta, A, B, C, D, z, delta_bias, True, None, group, cu_seqlens=local,
+                                          schedule=schedule)
         return self.out_proj(y.transpose(1, 2))
 
     def _last_conv_inputs(self, x: Tensor, cu_seqlens: Optional[Tensor]) -> Tensor:
