@@ -233,7 +233,8 @@ def _selective_inputs(case: SelectiveCase, device):
     return x, r(b, d, L).to(device), r(case.lengths.__len__(), states, d, n).to(device)
 
 
-def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
+def _check_selective_case(case: SelectiveCase, rank: int, world: int, device, group=None):
+    """``rank`` and ``world`` within ``group`` (the default group when None)."""
     x, weight_out, weight_last = _selective_inputs(case, device)
     softplus = case.extras
     offsets = None if case.seqs is None else torch.tensor((0,) + case.seqs).cumsum(0).to(device)
@@ -251,7 +252,7 @@ def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
 
     part = {k: _leaf(v.narrow(-1, start, length) if timed(k, v) else v) for k, v in x.items()}
     local = None if offsets is None else pp.distributed.local_cu_seqlens(offsets, start, length)
-    out, last = pp.distributed.selective_scan(**part, delta_softplus=softplus, cu_seqlens=local,
+    out, last = pp.distributed.selective_scan(**part, group=group, delta_softplus=softplus, cu_seqlens=local,
                                               schedule=case.schedule, pipeline_chunks=3)
     loss(out, last, weight_out.narrow(-1, start, length), weight_last[rank]).backward()
 
@@ -267,7 +268,7 @@ def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
             want = want.narrow(-1, start, length)
         else:  # shared by the ranks (or read by rank 0 only): the sum over the group
             got = got.clone()
-            dist.all_reduce(got)
+            dist.all_reduce(got, group=group)
         torch.testing.assert_close(got, want, **close)
 
 
@@ -275,15 +276,19 @@ def _check_selective_case(case: SelectiveCase, rank: int, world: int, device):
 
 
 def _block_cases(world):
-    """(slice lengths, packed sequence lengths or None): slices shorter than the convolution's
-    reach (its d_conv - 1 = 3 taps then span several ranks) and empty ones."""
+    """(slice lengths, packed sequence lengths or None, the scan's schedule): slices shorter
+    than the convolution's reach (its d_conv - 1 = 3 taps then span several ranks) and empty
+    ones."""
     if world == 2:
-        return [((7, 7), None), ((1, 12), None), ((0, 9), None), ((4, 10), (3, 0, 6, 5)), ((2, 11), (1, 4, 8))]
-    return [((5, 0, 17, 3), None), ((1, 2, 0, 10), None), ((5, 0, 17, 3), (2, 10, 0, 13)),
-            ((1, 1, 1, 9), (2, 1, 9))]
+        cases = [((7, 7), None), ((1, 12), None), ((0, 9), None), ((4, 10), (3, 0, 6, 5)), ((2, 11), (1, 4, 8))]
+    else:
+        cases = [((5, 0, 17, 3), None), ((1, 2, 0, 10), None), ((5, 0, 17, 3), (2, 10, 0, 13)),
+                 ((1, 1, 1, 9), (2, 1, 9))]
+    return [(lengths, seqs, "all_gather") for lengths, seqs in cases] + [
+        (lengths, seqs, "pipeline") for lengths, seqs in cases[::2]]
 
 
-def _check_block_case(lengths, seqs, rank, world, device):
+def _check_block_case(lengths, seqs, schedule, rank, world, device):
     from torch_parprims.nn import Mamba
 
     torch.manual_seed(zlib.crc32(repr((lengths, seqs)).encode()))
@@ -300,10 +305,11 @@ def _check_block_case(lengths, seqs, rank, world, device):
     block.zero_grad()
 
     x_part = _leaf(x[:, start:start + length])
-    out = block(x_part, cu_seqlens=offsets, sequence_parallel_group=dist.group.WORLD)
+    out = block(x_part, cu_seqlens=offsets, sequence_parallel_group=dist.group.WORLD,
+                sequence_parallel_schedule=schedule)
     (out * weight[:, start:start + length]).sum().backward()
 
-    close = dict(rtol=1e-10, atol=1e-11, msg=lambda m: f"block {lengths} {seqs} on rank {rank}: {m}")
+    close = dict(rtol=1e-10, atol=1e-11, msg=lambda m: f"block {lengths} {seqs} {schedule} on rank {rank}: {m}")
     with torch.no_grad():
         torch.testing.assert_close(out, block(x, cu_seqlens=offsets)[:, start:start + length], **close)
     torch.testing.assert_close(x_part.grad, x_full.grad[:, start:start + length], **close)
@@ -323,8 +329,16 @@ def _worker(rank, world, init_file, backend):
             _check_case(case, rank, world, device)
         for case in _selective_cases(world):
             _check_selective_case(case, rank, world, device)
-        for lengths, seqs in _block_cases(world):
-            _check_block_case(lengths, seqs, rank, world, device)
+        if world == 4:
+            # Two groups of two ranks each running their own scans: group ranks are not
+            # global ranks (the pipeline's messages go to global ranks).
+            pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+            mine = pairs[rank // 2]
+            for case in _selective_cases(2):
+                if case.schedule == "pipeline":
+                    _check_selective_case(case, dist.get_rank(mine), 2, device, group=mine)
+        for lengths, seqs, schedule in _block_cases(world):
+            _check_block_case(lengths, seqs, schedule, rank, world, device)
     finally:
         dist.destroy_process_group()
 

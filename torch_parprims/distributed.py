@@ -512,6 +512,13 @@ def _global_rank(group, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
+def _neighbours(spec: _ScanSpec):
+    """The global ranks of the group ranks before and after this one (None at the ends)."""
+    previous = _global_rank(spec.group, spec.rank - 1) if spec.rank > 0 else None
+    following = _global_rank(spec.group, spec.rank + 1) if spec.rank + 1 < spec.world else None
+    return previous, following
+
+
 class _PipelinedSelectiveScan(torch.autograd.Function):
     """The pipeline schedule of :func:`selective_scan`: per group of channels, receive the state
     entering this rank's slice, scan, send the state leaving it. The autograd graph of each
@@ -529,7 +536,7 @@ class _PipelinedSelectiveScan(torch.autograd.Function):
         rows = spec.cu_seqlens.numel() - 1 if spec.cu_seqlens is not None else u.shape[0]
         state_dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
         first, last = spec.rank == 0, spec.rank == spec.world - 1
-        previous, following = _global_rank(spec.group, spec.rank - 1), _global_rank(spec.group, spec.rank + 1)
+        previous, following = _neighbours(spec)
         cuts = _channel_cuts(dim, chunks, args["B"], args["C"])
         pieces, outs, lasts, sends = [], [], [], []
         for lo, hi in zip(cuts[:-1], cuts[1:]):
@@ -563,7 +570,7 @@ class _PipelinedSelectiveScan(torch.autograd.Function):
 
         spec = ctx.spec
         first, last = spec.rank == 0, spec.rank == spec.world - 1
-        previous, following = _global_rank(spec.group, spec.rank - 1), _global_rank(spec.group, spec.rank + 1)
+        previous, following = _neighbours(spec)
         # last_state is replicated: the gradient of the one state is the sum of every rank's.
         piece = ctx.lasts[0]
         total_last = grad_last.clone() if grad_last is not None else piece.new_zeros(
