@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   constexpr int kSumSteps = kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   static_assert(kSumSteps == 0 || K % kSumSteps == 0, "a chunk holds whole groups of summed steps");
   constexpr bool kFixed = kThreadsPerChannel > 0;
+  // The paired lane layout (ThreadPlace) in the fixed instance, whose sums over lanes take their
+  // masks at compile time.
+  constexpr bool kPaired = kThreadsPerChannel > 1 && kThreadsPerChannel < 32;
   constexpr int kSteps = kStepsPerItem, kColumns = K / kSteps;  // kColumns items along time per chunk row
   static_assert(kSteps == 1 || (kSteps == 2 && kFixed), "two steps an item in the fixed instance only");
   const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
@@ -129,7 +132,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   Raw next_u[R], next_delta[R], next_z[R], next_dout[R], next_B[RS], next_C[RS];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
-    const ThreadPlace me(p, s, block);
+    const ThreadPlace me(p, s, block, kPaired);
+    const LaneLayout lanes{threads_per_channel, kPaired};  // me.lanes, known at compile time
     const int64_t d0 = me.first_channel(p, s);
     // The channels' delta_bias and D, read from shared memory by the staging and the finish: a
     // global load there would be issued after the next chunk's loads and wait for them too
@@ -325,8 +329,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
 #pragma unroll
         for (int mask = 16; mask > 0; mask >>= 1) {
           if (mask < threads_per_channel) {
-            v += __shfl_xor_sync(0xffffffffu, v, mask);
-            w += __shfl_xor_sync(0xffffffffu, w, mask);
+            v += __shfl_xor_sync(0xffffffffu, v, lanes.mask(mask));
+            w += __shfl_xor_sync(0xffffffffu, w, lanes.mask(mask));
           }
         }
       };
@@ -343,7 +347,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       if (!kSummary && variable_BC) {  // the summary sums nothing
 #pragma unroll
         for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
-        sums_layout.run(threads_per_channel);
+        sums_layout.run(lanes);
       }
       // Its first sum's row (entry base: dB of state base, or dC of state base - kStates), and
       // what a row past the lane's dB sums adds (only a lane that keeps all 2 * kStates sums,
@@ -450,7 +454,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               for (int i = 0; i < K; ++i) {
                 y[i % kSumSteps] = recompute_step(i);
                 if (i % kSumSteps == kSumSteps - 1) {  // the channel's thread q gets the group's step q
-                  sum_over_channel_threads<kSumSteps>(y);
+                  sum_over_channel_threads<kSumSteps, kPaired>(y);
                   s_y[channel_step0 + i + 1 - kSumSteps + me.quad] = y[0];
                 }
               }
@@ -518,7 +522,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               if (i % kSumSteps == 0) {  // the group's first step: every step of it is in
                 // The channel's thread q gets entries 2q and 2q + 1: the first half of its
                 // threads d(delta) of two consecutive steps each, the other half du.
-                sum_over_channel_threads<kSumSteps>(sum_parts);
+                sum_over_channel_threads<kSumSteps, kPaired>(sum_parts);
                 const int entry = 2 * me.quad;
                 Acc* sums = entry < kSumSteps ? s_ddelta : s_du;
                 const int at = channel_step0 + i + entry % kSumSteps;
@@ -533,7 +537,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               }
             }
             if (variable_BC) {
-              red.run(threads_per_channel);
+              red.run(lanes);
               if (sums_layout.writer) {
                 const int row = red_first + i;
                 if (sums_layout.count == 1) {  // N <= 16: one sum per lane

@@ -41,40 +41,45 @@ struct ChannelReduction {
     count = kHalf;
   }
 
-  // Rounds over lane masks from `mask` down to threads_per_channel, kHalf values kept each.
+  // Rounds over the channel bits `mask` (in the consecutive layout) down to
+  // threads_per_channel, kHalf values kept each; `lanes` turns them into lane masks.
   template <int kHalf>
-  __device__ __forceinline__ void halve_from(int mask, int threads_per_channel) {
+  __device__ __forceinline__ void halve_from(int mask, int threads_per_channel, const LaneLayout& lanes) {
     if (mask < threads_per_channel) return;
-    halve<kHalf>(mask);
+    halve<kHalf>(lanes.mask(mask));
     if constexpr (kHalf > 1) {
-      halve_from<kHalf / 2>(mask >> 1, threads_per_channel);
+      halve_from<kHalf / 2>(mask >> 1, threads_per_channel, lanes);
     } else {
       for (mask >>= 1; mask >= threads_per_channel; mask >>= 1) {
-        v[0] += __shfl_xor_sync(0xffffffffu, v[0], mask);
-        if (threadIdx.x & mask) writer = false;
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], lanes.mask(mask));
+        if (threadIdx.x & lanes.mask(mask)) writer = false;
       }
     }
   }
 
-  __device__ __forceinline__ void run(int threads_per_channel) { halve_from<kStates>(16, threads_per_channel); }
+  __device__ __forceinline__ void run(const LaneLayout& lanes) {
+    halve_from<kStates>(16, lanes.threads_per_channel, lanes);
+  }
 };
 
-// The rounds of sum_over_channel_threads from lane mask kMask down to 1, kHalf values kept in
-// the first.
-template <int kMask, int kHalf, class Acc, int kCount>
+// The rounds of sum_over_channel_threads from the channel's thread bit kMask down to 1 (lane
+// bits kShift higher), kHalf values kept in the first.
+template <int kMask, int kHalf, int kShift, class Acc, int kCount>
 __device__ __forceinline__ void halve_over_lanes(Acc (&v)[kCount]) {
-  keep_half_summed<kHalf>(v, kMask);
-  if constexpr (kMask > 1) halve_over_lanes<kMask / 2, kHalf / 2>(v);
+  keep_half_summed<kHalf>(v, kMask << kShift);
+  if constexpr (kMask > 1) halve_over_lanes<kMask / 2, kHalf / 2, kShift>(v);
 }
 
-// Sums each of the kCount values of v over the kThreads consecutive lanes of a channel, in a
-// fixed order, halving as ChannelReduction does: kCount / 2 + kCount / 4 + ... shuffles for all
-// of them instead of log2(kThreads) for each. On return v[0, kCount / kThreads) hold the sums of
-// entries [q * kCount / kThreads, (q + 1) * kCount / kThreads), q the lane's place in its channel.
-template <int kThreads, int kCount, class Acc>
+// Sums each of the kCount values of v over the kThreads lanes of a channel, in a fixed order,
+// halving as ChannelReduction does: kCount / 2 + kCount / 4 + ... shuffles for all of them
+// instead of log2(kThreads) for each. On return v[0, kCount / kThreads) hold the sums of
+// entries [q * kCount / kThreads, (q + 1) * kCount / kThreads), q the lane's place in its
+// channel. kPaired: the lanes are in ThreadPlace's paired layout (a channel's threads one lane
+// bit up), else consecutive.
+template <int kThreads, bool kPaired, int kCount, class Acc>
 __device__ __forceinline__ void sum_over_channel_threads(Acc (&v)[kCount]) {
   static_assert(kThreads > 1 && (kThreads & (kThreads - 1)) == 0 && kCount % kThreads == 0, "whole halvings");
-  halve_over_lanes<kThreads / 2, kCount / 2>(v);
+  halve_over_lanes<kThreads / 2, kCount / 2, kPaired ? 1 : 0>(v);
 }
 
 }  // namespace parprims::cuda

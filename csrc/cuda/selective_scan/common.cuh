@@ -216,6 +216,19 @@ __device__ __forceinline__ void store_states(Acc* at, const Acc (&src)[S]) {
 // Segments start at multiples of both kernels' chunks (and of the checkpoint spacing).
 constexpr int64_t kSegmentAlign = 64;
 
+// Which lanes hold a channel's threads (ThreadPlace): a lane mask given in the consecutive
+// layout (bits below threads_per_channel: the channel's threads; from it up: the warp's
+// channels) and its lanes in the paired layout, where the channel's threads sit one lane bit up
+// and the lowest channel bit is lane bit 0 (the higher channel bits stay where they are).
+struct LaneLayout {
+  int threads_per_channel;
+  bool paired;
+  __device__ __forceinline__ int mask(int consecutive) const {
+    if (!paired) return consecutive;
+    return consecutive < threads_per_channel ? consecutive << 1 : consecutive == threads_per_channel ? 1 : consecutive;
+  }
+};
+
 // Where a thread sits: batch row, group, block of channels, its channel and its states, and
 // the time segment [t_begin, t_end) its block walks.
 struct ThreadPlace {
@@ -225,8 +238,18 @@ struct ThreadPlace {
   int quad;           // which states of the tile (lane within the channel)
   int channels_here;  // the block's channels that exist (the last block of a group may be partial)
   bool active;        // the thread's channel exists
+  LaneLayout lanes;
 
-  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t launched_block) {
+  // Lanes and (channel, states): by default a channel's threads_per_channel threads are
+  // consecutive lanes. With `pair_channels` (and 2 to 16 threads a channel), lane bit 0 picks
+  // one of two channels and the bits above it the states, so lanes T and T^1 hold the same
+  // states of two channels and lanes T and T^2 two state groups of one channel: a warp's
+  // shared-memory loads of a step's B or C (one address per state group) and of a channel's
+  // step operands (one per channel) then have every address read by a pair of lanes, which the
+  // hardware answers at two lanes per returned word: one wavefront for a warp's 8-byte loads
+  // instead of two.
+  __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t launched_block,
+                         bool pair_channels = false) {
     const int64_t block_id = s.first_block + launched_block;
     segment = block_id / s.channel_blocks;
     const int64_t block = block_id % s.channel_blocks;
@@ -235,8 +258,14 @@ struct ThreadPlace {
     block_in_group = block % s.blocks_per_group;
     group = (block / s.blocks_per_group) % p.groups;
     b = block / (s.blocks_per_group * p.groups);
-    channel = threadIdx.x >> s.log2_threads_per_channel;
-    quad = threadIdx.x & (s.threads_per_channel - 1);
+    lanes = LaneLayout{s.threads_per_channel, pair_channels && s.threads_per_channel > 1 && s.threads_per_channel < 32};
+    if (lanes.paired) {
+      channel = ((threadIdx.x >> (1 + s.log2_threads_per_channel)) << 1) | (threadIdx.x & 1);
+      quad = (threadIdx.x >> 1) & (s.threads_per_channel - 1);
+    } else {
+      channel = threadIdx.x >> s.log2_threads_per_channel;
+      quad = threadIdx.x & (s.threads_per_channel - 1);
+    }
     const int64_t first_local = block_in_group * s.channels_per_block;
     const int64_t left = p.dim_per_group - first_local;
     channels_here = left < s.channels_per_block ? static_cast<int>(left) : s.channels_per_block;

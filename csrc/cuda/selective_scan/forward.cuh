@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Raw next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
-    const ThreadPlace me(p, s, block);
+    const ThreadPlace me(p, s, block, /*pair_channels=*/true);
+    const int y_slot = me.channel * threads_per_channel + me.quad;  // the thread's row of y's parts
     const int64_t d0 = me.first_channel(p, s);
     // The channels' constants, once per block (visible after the first chunk's barrier; the
     // previous block's last reads were before its last staging barrier).
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             y += c * h[j];
           }
         }
-        if constexpr (!kSummary) s_ypart[threadIdx.x * kPitch + i] = y;
+        if constexpr (!kSummary) s_ypart[y_slot * kPitch + i] = y;
       };
       // A segment that starts a row or a sequence starts from its initial state; the others
       // from zero in the summary (their gates' product carries the carry) and from the
