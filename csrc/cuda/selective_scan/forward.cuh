@@ -6,9 +6,10 @@
 //      chunk, go to shared memory once per (channel, step) as the step loop wants them:
 //      (delta, delta*u) pairs with delta = softplus(delta + bias), D*u, silu(z), and B and C;
 //   2. steps: every thread updates its S states, 16 steps unrolled at a time (one vector load
-//      of B and of C, one exp2 and three FMAs per state and step), and stores its part of y;
-//   3. finish: the block sums y's parts over the channel's threads and writes
-//      out = (y + D*u) * silu(z), coalesced.
+//      of B and of C, one exp2 and three FMAs per state and step); y's parts are summed over
+//      the channel's threads by shuffles (8 steps at a time where the threads per channel are
+//      known at compile time) and stored once per (channel, step);
+//   3. finish: the block writes out = (y + D*u) * silu(z), coalesced.
 // The per-element work of 1 and 3 is shared by the threads_per_channel threads of a channel,
 // so it is kept lean: a thread's items sit at fixed places of every chunk (ItemWalk), so their
 // addresses advance by a constant, and the float functions use the special-function unit.
@@ -19,6 +20,7 @@
 // instance then starts each segment from the combined carry.
 #pragma once
 
+#include "channel_reduction.cuh"
 #include "common.cuh"
 
 namespace parprims::cuda {
@@ -43,15 +45,14 @@ struct ForwardChunk {
   static_assert(K % kSub == 0, "chunks hold whole checkpoint intervals");
   static_assert(Policy::kThreads % K == 0, "a round of items covers whole chunk rows");
 
-  // In Acc: (delta, delta*u) pairs, D*u and silu(z) by [channel][step]; y's parts by
-  // [thread][step]; variable B and C by [step][state]; the channels' constants. (Every part is
-  // an even number of values, so each starts aligned to two.)
+  // In Acc: (delta, delta*u) pairs, D*u, silu(z) and y by [channel][step]; variable B and C
+  // by [step][state]; the channels' constants. (Every part is an even number of values, so each
+  // starts aligned to two.)
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t per_channel = 4 * static_cast<size_t>(s.channels_per_block) * kPitch;
-    const size_t y_parts = static_cast<size_t>(Policy::kThreads) * kPitch;
+    const size_t per_channel = 5 * static_cast<size_t>(s.channels_per_block) * kPitch;
     const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * ((variable_B ? 1 : 0) + (variable_C ? 1 : 0));
     const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);
-    return (per_channel + y_parts + per_state + constants) * sizeof(Acc);
+    return (per_channel + per_state + constants) * sizeof(Acc);
   }
 };
 
@@ -69,6 +70,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   using Chunk = ForwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
   constexpr bool kFixed = kThreadsPerChannel > 0;
+  // What ThreadPlace's paired layout (asked for below) is in the fixed instance.
+  constexpr bool kPairedFixed = kThreadsPerChannel > 1 && kThreadsPerChannel < 32;
+  // In whole intervals of the fixed instance, y is summed over the channel's threads for
+  // kSumSteps steps at once (sum_over_channel_threads: 4 + 2 + 1 shuffles for 8 steps);
+  // elsewhere each step sums its own (log2 of the threads a channel).
+  constexpr int kSumSteps = kFixed && kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
   const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
   const int states_per_tile = kFixed ? kThreadsPerChannel * S : s.states_per_tile;
@@ -85,8 +92,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   auto* s_pair = reinterpret_cast<DeltaPair<Acc>*>(smem_raw);
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
-  Acc* s_ypart = s_gate + channel_rows;                          // [thread][step]
-  Acc* s_B = s_ypart + Policy::kThreads * kPitch;
+  Acc* s_y = s_gate + channel_rows;                              // y (this state tile's)
+  Acc* s_B = s_y + channel_rows;
   Acc* s_C = s_B + (variable_B ? K * states_per_tile : 0);
   auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_C + (variable_C ? K * states_per_tile : 0));
   const Acc* A = static_cast<const Acc*>(p.A);
@@ -113,7 +120,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me(p, s, block, /*pair_channels=*/true);
-    const int y_slot = me.channel * threads_per_channel + me.quad;  // the thread's row of y's parts
+    // The lanes of a channel's threads, at compile time in the fixed instance.
+    const LaneLayout lanes = kFixed ? LaneLayout{kThreadsPerChannel, kPairedFixed} : me.lanes;
+    const int y_row = me.channel * kPitch;
     const int64_t d0 = me.first_channel(p, s);
     // The channels' constants, once per block (visible after the first chunk's barrier; the
     // previous block's last reads were before its last staging barrier).
@@ -214,7 +223,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       auto advance_walks = [&] {
         for (StridedWalk* w : {&u_walk, &delta_walk, &z_walk, &B_walk, &C_walk}) w->base += w->chunk_stride;
       };
-      // One step of the thread's states: h = exp(delta A) h + delta u B; its part of y.
+      // One step of the thread's states: h = exp(delta A) h + delta u B; returns its part of y.
       auto step = [&](int i) {
         const DeltaPair<Acc> dd = s_pair[me.channel * kPitch + i];
         Acc Bt[S], Ct[S];
@@ -233,7 +242,19 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             y += c * h[j];
           }
         }
-        if constexpr (!kSummary) s_ypart[y_slot * kPitch + i] = y;
+        return y;
+      };
+      // A step whose y is summed alone: over the channel's threads by a butterfly, stored by
+      // its first thread.
+      auto step_and_store = [&](int i) {
+        Acc y = step(i);
+        if constexpr (!kSummary) {
+#pragma unroll
+          for (int mask = 16; mask > 0; mask >>= 1) {
+            if (mask < threads_per_channel) y += __shfl_xor_sync(0xffffffffu, y, lanes.mask(mask));
+          }
+          if (me.quad == 0) s_y[y_row + i] = y;
+        }
       };
       // A segment that starts a row or a sequence starts from its initial state; the others
       // from zero in the summary (their gates' product carries the carry) and from the
@@ -307,8 +328,21 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           const bool whole = i0 + kSub <= steps && (!p.offsets || seq + 1 >= p.num_seqs || seq_end >= t0 + kSub);
           if (whole) {
             if (!kSummary && p.checkpoints) save_checkpoint(t0);
+            if constexpr (kSumSteps > 0 && !kSummary) {
+              static_assert(kSub % (kSumSteps > 0 ? kSumSteps : 1) == 0, "whole groups of summed steps");
+              Acc y[kSumSteps > 0 ? kSumSteps : 1];
 #pragma unroll
-            for (int i = 0; i < kSub; ++i) step(i0 + i);
+              for (int i = 0; i < kSub; ++i) {
+                y[i % kSumSteps] = step(i0 + i);
+                if (i % kSumSteps == kSumSteps - 1) {  // the channel's thread q gets the group's step q
+                  sum_over_channel_threads<kSumSteps, kPairedFixed>(y);
+                  s_y[y_row + i0 + i + 1 - kSumSteps + me.quad] = y[0];
+                }
+              }
+            } else {
+#pragma unroll
+              for (int i = 0; i < kSub; ++i) step_and_store(i0 + i);
+            }
           } else {
             const int i_end = i0 + kSub < steps ? i0 + kSub : steps;
             for (int i = i0; i < i_end; ++i) {
@@ -319,7 +353,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
                 load_initial(seq);
               }
               if (!kSummary && p.checkpoints && i == i0) save_checkpoint(t);
-              step(i);
+              step_and_store(i);
             }
           }
         }
@@ -335,10 +369,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
           for (int k = 0; k < kSteps; ++k) {
             const int step_in_chunk = items.column(r) * kSteps + k;
-            const Acc* parts = s_ypart + channel * threads_per_channel * kPitch + step_in_chunk;
-            Acc y = 0;
-#pragma unroll
-            for (int q = 0; q < (kFixed ? kThreadsPerChannel : threads_per_channel); ++q) y += parts[q * kPitch];
+            Acc y = s_y[channel * kPitch + step_in_chunk];
             if (state_tiles > 1) {  // (one step an item: kSteps is 1 with state tiles)
               Acc& acc = y_scratch[(me.b * p.dim + d0 + channel) * p.len + c0 + step_in_chunk];
               if (tile > 0) y += acc;
