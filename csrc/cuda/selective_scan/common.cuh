@@ -246,8 +246,9 @@ struct ThreadPlace {
   // states of two channels and lanes T and T^2 two state groups of one channel: a warp's
   // shared-memory loads of a step's B or C (one address per state group) and of a channel's
   // step operands (one per channel) then have every address read by a pair of lanes, which the
-  // hardware answers at two lanes per returned word: one wavefront for a warp's 8-byte loads
-  // instead of two.
+  // hardware answers at two lanes per returned word: a warp's 8- or 16-byte loads take half
+  // the wavefronts (shared memory returns one 4-byte word a lane per wavefront otherwise).
+  // Measured on the H200 at (8, 1536, 2048, 16): forward 5 %, backward 5 % faster.
   __device__ ThreadPlace(const SelectiveScanParams& p, const SelectiveScanShape& s, int64_t launched_block,
                          bool pair_channels = false) {
     const int64_t block_id = s.first_block + launched_block;
