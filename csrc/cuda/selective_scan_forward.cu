@@ -63,17 +63,31 @@ constexpr auto forward_kernel() {
 // The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
 // in float compute; two steps an item where the inputs are contiguous in time and the length
 // even, one otherwise (odd lengths, (batch, L, dim) views). The general instance for the rest.
+constexpr int kMambaThreads = 8;
+
+template <class Acc>
+bool takes_mamba_instance(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return sizeof(Acc) == 4 && p.B.variable && p.C.variable && s.threads_per_channel == kMambaThreads &&
+         s.state_tiles == 1;
+}
+
 template <class In, class Acc, bool kSummary>
 auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape& s) {
-  constexpr int kMambaThreads = 8;
-  const bool both = p.B.variable && p.C.variable;
   if constexpr (sizeof(Acc) == 4) {
-    if (both && s.threads_per_channel == kMambaThreads && s.state_tiles == 1) {
+    if (takes_mamba_instance<Acc>(p, s)) {
       return steps_in_pairs<In>(p) ? forward_kernel<In, Acc, true, kSummary, kMambaThreads, 2>()
                                    : forward_kernel<In, Acc, true, kSummary, kMambaThreads, 1>();
     }
   }
+  const bool both = p.B.variable && p.C.variable;
   return both ? forward_kernel<In, Acc, true, kSummary>() : forward_kernel<In, Acc, false, kSummary>();
+}
+
+// The dynamic shared memory of the instance pick_forward_kernel takes (only the fixed instance
+// sums y in its step loop: ForwardChunk::smem_bytes).
+template <class In, class Acc>
+size_t forward_smem_bytes(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return ForwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable, takes_mamba_instance<Acc>(p, s));
 }
 
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
@@ -82,7 +96,7 @@ SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c1
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    const size_t smem = ForwardChunk<In, Acc>::smem_bytes(s, p.B.variable, p.C.variable);
+    const size_t smem = forward_smem_bytes<In, Acc>(p, s);
     add_time_segments(s, p, resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), smem));
   });
   return s;
@@ -93,7 +107,7 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    const size_t smem = ForwardChunk<In, Acc>::smem_bytes(shape, p.B.variable, p.C.variable);
+    const size_t smem = forward_smem_bytes<In, Acc>(p, shape);
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/false,
         [&](const SelectiveScanShape& s) {

@@ -6,10 +6,11 @@
 //      chunk, go to shared memory once per (channel, step) as the step loop wants them:
 //      (delta, delta*u) pairs with delta = softplus(delta + bias), D*u, silu(z), and B and C;
 //   2. steps: every thread updates its S states, 16 steps unrolled at a time (one vector load
-//      of B and of C, one exp2 and three FMAs per state and step); y's parts are summed over
-//      the channel's threads by shuffles (8 steps at a time where the threads per channel are
-//      known at compile time) and stored once per (channel, step);
-//   3. finish: the block writes out = (y + D*u) * silu(z), coalesced.
+//      of B and of C, one exp2 and three FMAs per state and step); the instance for Mamba's
+//      N = 16 sums y's parts over the channel's threads by shuffles (8 steps at a time) and
+//      stores one sum per (channel, step), the general instance stores every thread's part;
+//   3. finish: the block sums the parts (general instance) and writes
+//      out = (y + D*u) * silu(z), coalesced.
 // The per-element work of 1 and 3 is shared by the threads_per_channel threads of a channel,
 // so it is kept lean: a thread's items sit at fixed places of every chunk (ItemWalk), so their
 // addresses advance by a constant, and the float functions use the special-function unit.
@@ -45,14 +46,16 @@ struct ForwardChunk {
   static_assert(K % kSub == 0, "chunks hold whole checkpoint intervals");
   static_assert(Policy::kThreads % K == 0, "a round of items covers whole chunk rows");
 
-  // In Acc: (delta, delta*u) pairs, D*u, silu(z) and y by [channel][step]; variable B and C
-  // by [step][state]; the channels' constants. (Every part is an even number of values, so each
-  // starts aligned to two.)
-  static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t per_channel = 5 * static_cast<size_t>(s.channels_per_block) * kPitch;
+  // In Acc: (delta, delta*u) pairs, D*u and silu(z) by [channel][step]; y by [channel][step]
+  // when the step loop sums it over the channel's threads (`y_summed`: the fixed instance), else
+  // its parts by [thread][step]; variable B and C by [step][state]; the channels' constants.
+  // (Every part is an even number of values, so each starts aligned to two.)
+  static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C, bool y_summed) {
+    const size_t per_channel = 3 * static_cast<size_t>(s.channels_per_block) * kPitch;
+    const size_t y_rows = static_cast<size_t>(y_summed ? s.channels_per_block : Policy::kThreads) * kPitch;
     const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * ((variable_B ? 1 : 0) + (variable_C ? 1 : 0));
     const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);
-    return (per_channel + per_state + constants) * sizeof(Acc);
+    return (per_channel + y_rows + per_state + constants) * sizeof(Acc);
   }
 };
 
@@ -72,9 +75,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   constexpr bool kFixed = kThreadsPerChannel > 0;
   // What ThreadPlace's paired layout (asked for below) is in the fixed instance.
   constexpr bool kPairedFixed = kThreadsPerChannel > 1 && kThreadsPerChannel < 32;
-  // In whole intervals of the fixed instance, y is summed over the channel's threads for
-  // kSumSteps steps at once (sum_over_channel_threads: 4 + 2 + 1 shuffles for 8 steps);
-  // elsewhere each step sums its own (log2 of the threads a channel).
+  // The fixed instance sums y over the channel's threads in the step loop, kSumSteps steps at
+  // once in whole intervals (sum_over_channel_threads: 4 + 2 + 1 shuffles for 8 steps) and each
+  // step alone elsewhere (a butterfly); its finish reads one sum per (channel, step). The
+  // general instance stores every thread's part per step and its finish sums them: with up to
+  // 32 threads a channel, a butterfly per step would cost it log2(32) shuffles and adds a step.
+  constexpr bool kYSummed = kFixed;
   constexpr int kSumSteps = kFixed && kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
   const int channels_per_block = kFixed ? Policy::kThreads / kThreadsPerChannel : s.channels_per_block;
@@ -92,8 +98,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   auto* s_pair = reinterpret_cast<DeltaPair<Acc>*>(smem_raw);
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
-  Acc* s_y = s_gate + channel_rows;                              // y (this state tile's)
-  Acc* s_B = s_y + channel_rows;
+  Acc* s_y = s_gate + channel_rows;  // y (kYSummed) or its parts, this state tile's
+  Acc* s_B = s_y + (kYSummed ? channel_rows : Policy::kThreads * kPitch);
   Acc* s_C = s_B + (variable_B ? K * states_per_tile : 0);
   auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_C + (variable_C ? K * states_per_tile : 0));
   const Acc* A = static_cast<const Acc*>(p.A);
@@ -122,7 +128,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
     const ThreadPlace me(p, s, block, /*pair_channels=*/true);
     // The lanes of a channel's threads, at compile time in the fixed instance.
     const LaneLayout lanes = kFixed ? LaneLayout{kThreadsPerChannel, kPairedFixed} : me.lanes;
-    const int y_row = me.channel * kPitch;
+    // The thread's row of y: its channel's sums (kYSummed), or its own parts.
+    const int y_row = (kYSummed ? me.channel : me.channel * threads_per_channel + me.quad) * kPitch;
     const int64_t d0 = me.first_channel(p, s);
     // The channels' constants, once per block (visible after the first chunk's barrier; the
     // previous block's last reads were before its last staging barrier).
@@ -244,16 +251,19 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         }
         return y;
       };
-      // A step whose y is summed alone: over the channel's threads by a butterfly, stored by
-      // its first thread.
+      // A step whose y is stored alone: summed over the channel's threads by a butterfly and
+      // stored by its first thread (kYSummed), or the thread's part stored.
       auto step_and_store = [&](int i) {
         Acc y = step(i);
-        if constexpr (!kSummary) {
+        if constexpr (kSummary) return;
+        if constexpr (kYSummed) {
 #pragma unroll
           for (int mask = 16; mask > 0; mask >>= 1) {
             if (mask < threads_per_channel) y += __shfl_xor_sync(0xffffffffu, y, lanes.mask(mask));
           }
           if (me.quad == 0) s_y[y_row + i] = y;
+        } else {
+          s_y[y_row + i] = y;
         }
       };
       // A segment that starts a row or a sequence starts from its initial state; the others
@@ -369,7 +379,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
           for (int k = 0; k < kSteps; ++k) {
             const int step_in_chunk = items.column(r) * kSteps + k;
-            Acc y = s_y[channel * kPitch + step_in_chunk];
+            Acc y = 0;
+            if constexpr (kYSummed) {
+              y = s_y[channel * kPitch + step_in_chunk];
+            } else {
+              const Acc* parts = s_y + channel * threads_per_channel * kPitch + step_in_chunk;
+#pragma unroll
+              for (int q = 0; q < threads_per_channel; ++q) y += parts[q * kPitch];
+            }
             if (state_tiles > 1) {  // (one step an item: kSteps is 1 with state tiles)
               Acc& acc = y_scratch[(me.b * p.dim + d0 + channel) * p.len + c0 + step_in_chunk];
               if (tile > 0) y += acc;
