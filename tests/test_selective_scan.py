@@ -177,6 +177,9 @@ def _samples():
     for n in (1, 16, 64, 256, 300):
         out.append(S(1, 2, 40, n, "const" if n in (16, 300) else "var", D=True, z=n != 64, delta_bias=True,
                      softplus=True, init=n == 300))
+    # N = 32: the CUDA forward's 16 threads a channel in the paired lane layout (two channels a
+    # warp, lane bit 0 choosing between them), with a partial last block of channels.
+    out.append(S(2, 9, 70, 32, "var", D=True, z=True, delta_bias=True, softplus=True, init=True))
     # Mamba's N = 16 with variable B and C: the CUDA kernels' instances for it take two time
     # steps an item where the inputs are time-contiguous, pair-aligned and of even length, and
     # one otherwise. Even and odd lengths, a partial last chunk, a partial block of
