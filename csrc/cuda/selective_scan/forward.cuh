@@ -51,7 +51,7 @@ struct ForwardChunk {
   // its parts by [thread][step]; variable B and C by [step][state]; the channels' constants.
   // (Every part is an even number of values, so each starts aligned to two.)
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C, bool y_summed) {
-    const size_t per_channel = 3 * static_cast<size_t>(s.channels_per_block) * kPitch;
+    const size_t per_channel = 4 * static_cast<size_t>(s.channels_per_block) * kPitch;  // a pair is two values
     const size_t y_rows = static_cast<size_t>(y_summed ? s.channels_per_block : Policy::kThreads) * kPitch;
     const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * ((variable_B ? 1 : 0) + (variable_C ? 1 : 0));
     const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);
