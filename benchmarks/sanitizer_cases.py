@@ -127,8 +127,11 @@ def selectives(dev):
     selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0))
     selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
     selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))
-    # Many channel blocks a group (16 and 6 at N = 16), the second one with time segments.
+    # Many channel blocks a group (16 and 6 at N = 16), the second one with time segments; with
+    # whole blocks the backward writes its dB/dC partial sums over the checkpoints (also N = 8,
+    # 64 channels a block, an odd length).
     selective(dev, 2, 512, 100, 16, torch.float32)
+    selective(dev, 2, 128, 1091, 8, torch.float32)
     selective(dev, 1, 192, 2048, 16, torch.float32, lengths=(100, 900, 0, 1048))
     selective(dev, 1, 8, 1536, 80, torch.float32)  # two state tiles
     selective(dev, 2, 20, 1090, 16, torch.float32)  # N = 16, two steps an item, a partial block of channels

@@ -40,14 +40,22 @@ TORCH_LIBRARY(parprims, m) {
         "Tensor? delta_bias=None, bool delta_softplus=False, Tensor? initial_state=None, "
         "Tensor? cu_seqlens=None) -> (Tensor, Tensor)");
   // The forward with the states the backward restarts from (checkpoints; empty unless asked).
+  // private_checkpoints: the caller never reads the checkpoints output, so that the first
+  // eager backward may overwrite it (selective_scan passes true; ops/selective_scan.py).
   m.def("_selective_scan_forward(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
         "Tensor? delta_bias, bool delta_softplus, Tensor? initial_state, Tensor? cu_seqlens, "
-        "bool save_checkpoints) -> (Tensor, Tensor, Tensor)");
+        "bool save_checkpoints, bool private_checkpoints=False) -> (Tensor, Tensor, Tensor)");
   // Gradients (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state); absent inputs get
   // empty tensors.
   m.def("_selective_scan_backward(Tensor grad_out, Tensor? grad_last_state, Tensor u, Tensor delta, Tensor A, "
         "Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus, "
         "Tensor? initial_state, Tensor? cu_seqlens, Tensor checkpoints) -> (Tensor, Tensor, Tensor, Tensor, "
+        "Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // The same, free to overwrite the checkpoints once it has read them (the CUDA backward writes
+  // its partial sums of variable dB and dC there, in place of an array of their own).
+  m.def("_selective_scan_backward_consuming(Tensor grad_out, Tensor? grad_last_state, Tensor u, Tensor delta, "
+        "Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, bool delta_softplus, "
+        "Tensor? initial_state, Tensor? cu_seqlens, Tensor(a!) checkpoints) -> (Tensor, Tensor, Tensor, Tensor, "
         "Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("_selective_scan_checkpoint_every() -> int");
   // One decode step, updating `state` in place; returns out.

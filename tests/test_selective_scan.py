@@ -195,6 +195,14 @@ def _samples():
                      view=view))
     out.append(S(lengths=(5, 0, 17, 0, 40, 2), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
                  dim=20, N=16))
+    # Whole blocks of channels (32 at N = 16, 64 at N = 8 on CUDA): the backward writes its
+    # partial sums of variable dB and dC over the checkpoints it has read. A partial last chunk,
+    # groups, packed sequences.
+    out.append(S(2, 32, 2 * EVERY + 8, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+                 opcheck=True))
+    out.append(S(1, 2 * 64, 3 * EVERY + 1, 8, "group", D=True, z=True, delta_bias=True, softplus=True))
+    out.append(S(lengths=(EVERY + 3, 0, 2 * EVERY, 1), bc="var", D=True, z=True, delta_bias=True, softplus=True,
+                 init=True, dim=64, N=16, opcheck=True))
     # dtypes: half inputs (float32 states and parameters), float64.
     for dt, bc in itertools.product((torch.bfloat16, torch.float16, torch.float64), ("const", "var", "group")):
         out.append(S(2, 4, 70, 8, bc, D=True, z=True, delta_bias=True, softplus=True, init=bc != "const",
@@ -567,16 +575,75 @@ def test_selective_scan_opcheck(s, save, device):
     torch.library.opcheck(_ops._selective_scan_forward.default, _op_args(args) + (save,), test_utils=OPCHECK_UTILS)
 
 
+@pytest.mark.parametrize("op", ("_selective_scan_backward", "_selective_scan_backward_consuming"))
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow], "opcheck"))
-def test_selective_scan_backward_opcheck(s, device):
+def test_selective_scan_backward_opcheck(s, op, device):
     args = s.make(device)
     out, last, checkpoints = _ops._selective_scan_forward(*_op_args(args), True)
     every = EVERY
     assert checkpoints.shape == (s.batch, s.dim, (s.L + every - 1) // every, s.N)
     gout, glast = grad_weights(out), grad_weights(last)
-    torch.library.opcheck(_ops._selective_scan_backward.default,
+    torch.library.opcheck(getattr(_ops, op).default,
                           (gout, glast) + _op_args(args) + (checkpoints,),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("s", [
+    SSSample(2, 64, 2 * EVERY + 8, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(2, 64, 2 * EVERY + 8, 16, "const", D=True, z=True, init=True),
+    SSSample(lengths=(EVERY + 3, 0, 2 * EVERY), bc="group", D=True, z=True, init=True, dim=64, N=16),
+], ids=("var", "const", "packed-group"))
+def test_backward_twice_through_one_graph(s, device):
+    # The first backward may spend the forward's checkpoints (the CUDA kernel writes its dB/dC
+    # partial sums over them); a second one through the same graph must give the same bits.
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    out, last = run(args)
+    gout, glast = grad_weights(out), grad_weights(last)
+    first = torch.autograd.grad((out, last), inputs, (gout, glast), retain_graph=True)
+    second = torch.autograd.grad((out, last), inputs, (gout, glast))
+    for a, b, name in zip(first, second, names):
+        assert torch.equal(a, b), f"grad {name} differs in the second backward"
+    check_grads(first, reference_grads(args, names, gout, glast), names, inputs)
+
+
+def test_fwd_bwd_memory(device):
+    # At the peak of fwd+bwd the op holds out, the checkpoints (as many float32 values as one
+    # (batch, dim, L) array at N = 16) and du, d(delta), dz; the partial sums of variable dB and
+    # dC go over the checkpoints, and the rest is small (dB, dC: (batch, N, L)).
+    if not device.startswith("cuda"):
+        pytest.skip("the CUDA kernels' memory")
+    s = SSSample(2, 512, 1024, 16, "var", D=True, z=True, delta_bias=True, softplus=True)
+    args = s.make(device)
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    gout = torch.randn(s.batch, s.dim, s.L, device=device)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out, _ = run(args)
+    grads = torch.autograd.grad(out, inputs, gout)
+    unit = out.numel() * out.element_size()
+    extra = (torch.cuda.max_memory_allocated() - before) / unit
+    assert extra < 5.5, f"fwd+bwd held {extra:.2f} (batch, dim, L) arrays at its peak"
+    assert all(g is not None for g in grads)
+
+
+def test_backward_ops_agree(device):
+    # The backward that may overwrite the checkpoints and the one that keeps them give the same
+    # gradients.
+    s = SSSample(2, 64, 3 * EVERY + 5, 16, "group", D=True, z=True, delta_bias=True, softplus=True, init=True)
+    args = s.make(device)
+    out, last, checkpoints = _ops._selective_scan_forward(*_op_args(args), True)
+    gout, glast = grad_weights(out), grad_weights(last)
+    kept = _ops._selective_scan_backward(gout, glast, *_op_args(args), checkpoints)
+    spent = _ops._selective_scan_backward_consuming(gout, glast, *_op_args(args), checkpoints.clone())
+    for a, b in zip(kept, spent):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert_close(b, a, scale=a.abs().amax() + 1e-30)
 
 
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow], "compile"))

@@ -84,10 +84,16 @@ struct SelectiveScanGrads {
   void* dA_partial = nullptr;          // (rows, dim, N)
   void* dD_partial = nullptr;          // (rows, dim), or nullptr
   void* ddelta_bias_partial = nullptr; // (rows, dim), or nullptr
-  // Constant B/C: (rows, dim, N). Variable: (channel_blocks, batch, G, N, L).
+  // Constant B/C: (rows, dim, N). Variable: (channel_blocks, batch, G, N, L), or nullptr when
+  // they go over the checkpoints.
   void* dB_partial = nullptr;
   void* dC_partial = nullptr;
   int64_t channel_block = 32;          // channels per block of the variable partial sums
+  // CUDA: a block's variable dB/dC sums of chunk c go over the checkpoint slots of its channels
+  // at chunk c, which it alone reads, just before (saving the memory of the partials' array):
+  // channel first_channel + 2 * step + (0 for dB, 1 for dC) holds the sums of step c * K + step,
+  // by state. Needs blocks of at least 2 * K channels, all full, and one tile of states.
+  bool BC_partials_over_checkpoints = false;
 };
 
 template <class T>

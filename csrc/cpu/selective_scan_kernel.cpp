@@ -294,7 +294,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
     const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
     const host::OptionalTensor& D, const host::OptionalTensor& z, const host::OptionalTensor& delta_bias,
     bool delta_softplus, const host::OptionalTensor& initial_state, const host::OptionalTensor& cu_seqlens,
-    bool save_checkpoints) {
+    bool save_checkpoints, bool /*private_checkpoints: autograd's business*/) {
   // The CPU backward recomputes each row from its start; the checkpoints are saved all the
   // same, so that both devices return the same outputs.
   auto fw = host::prepare_selective_scan_forward(
@@ -326,6 +326,8 @@ host::SelectiveScanGradients selective_scan_backward(
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
   m.impl("_selective_scan_forward", &selective_scan_forward);
   m.impl("_selective_scan_backward", &selective_scan_backward);
+  // The CPU backward does not read the checkpoints: it leaves them as they are.
+  m.impl("_selective_scan_backward_consuming", &selective_scan_backward);
 }
 
 }  // namespace parprims::cpu

@@ -34,7 +34,8 @@ void add_scratch(SelectiveScanShape& shape, const host::SelectiveScanInputs& in,
 std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
     const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
     const OptionalTensor& D, const OptionalTensor& z, const OptionalTensor& delta_bias, bool delta_softplus,
-    const OptionalTensor& initial_state, const OptionalTensor& cu_seqlens, bool save_checkpoints) {
+    const OptionalTensor& initial_state, const OptionalTensor& cu_seqlens, bool save_checkpoints,
+    bool /*private_checkpoints: autograd's business*/) {
   const LaunchScope scope(u);
   auto fw = host::prepare_selective_scan_forward(
       checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens),
@@ -53,26 +54,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> selective_scan_forward(
   return {fw.out, fw.last_state, fw.checkpoints};
 }
 
-host::SelectiveScanGradients selective_scan_backward(
+// Whether the backward of `shape` can write the blocks' variable dB/dC partial sums over the
+// checkpoints (SelectiveScanGrads::BC_partials_over_checkpoints): a block's chunk of sums
+// (2 N x K) fits in its channels' slots of the chunk (channels x N).
+bool partials_fit_over_checkpoints(const host::SelectiveScanInputs& in, const SelectiveScanShape& shape) {
+  return (in.B.dim() > 2 || in.C.dim() > 2) && shape.state_tiles == 1 &&
+         shape.channels_per_block >= 2 * kSelectiveScanCheckpointEvery &&
+         (in.dim / in.groups) % shape.channels_per_block == 0;
+}
+
+// `consume_checkpoints`: the caller gives the checkpoints up, and the backward may overwrite them.
+host::SelectiveScanGradients selective_scan_backward_impl(
     const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
     const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
     const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
-    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints_in) {
+    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints_in, bool consume_checkpoints) {
   const LaunchScope scope(u);
   auto in = checked_inputs(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens);
-  // A forward that was not asked for checkpoints (called directly, or without grad) runs again.
+  // A forward that was not asked for checkpoints (called directly, or without grad) runs again;
+  // its checkpoints are this call's own.
   at::Tensor checkpoints = checkpoints_in;
   if (checkpoints.numel() == 0 && in.len > 0 && in.batch > 0 && in.dim > 0) {
     checkpoints = std::get<2>(selective_scan_forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                                     initial_state, cu_seqlens, /*save_checkpoints=*/true));
+                                                     initial_state, cu_seqlens, /*save_checkpoints=*/true,
+                                                     /*private_checkpoints=*/true));
+    consume_checkpoints = true;
   }
   const auto shape_params = host::input_params(in);
   auto shape = selective_scan_backward_shape(shape_params, u.scalar_type(), scope.context());
   const bool has_steps = in.len > 0 && in.batch > 0 && in.dim > 0;
+  const bool over_checkpoints = has_steps && consume_checkpoints && partials_fit_over_checkpoints(in, shape);
   auto bw = host::prepare_selective_scan_backward(std::move(in), grad_out, grad_last_state,
                                                   has_steps ? checkpoints : at::Tensor(),
                                                   has_steps ? kSelectiveScanCheckpointEvery : 0,
-                                                  shape.channels_per_block, shape.segments);
+                                                  shape.channels_per_block, shape.segments, over_checkpoints);
   if (!has_steps) {
     for (auto* t : {&bw.dA_partial, &bw.dD_partial, &bw.ddelta_bias_partial, &bw.dB_partial, &bw.dC_partial}) {
       if (t->defined()) t->zero_();
@@ -85,11 +100,30 @@ host::SelectiveScanGradients selective_scan_backward(
   return host::finish_selective_scan_backward(bw);
 }
 
+host::SelectiveScanGradients selective_scan_backward(
+    const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
+    const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
+    const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
+    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints) {
+  return selective_scan_backward_impl(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                      initial_state, cu_seqlens, checkpoints, /*consume_checkpoints=*/false);
+}
+
+host::SelectiveScanGradients selective_scan_backward_consuming(
+    const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
+    const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
+    const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
+    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints) {
+  return selective_scan_backward_impl(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                      initial_state, cu_seqlens, checkpoints, /*consume_checkpoints=*/true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
   m.impl("_selective_scan_forward", &selective_scan_forward);
   m.impl("_selective_scan_backward", &selective_scan_backward);
+  m.impl("_selective_scan_backward_consuming", &selective_scan_backward_consuming);
 }
 
 }  // namespace parprims::cuda

@@ -192,7 +192,8 @@ SelectiveScanForward prepare_selective_scan_forward(SelectiveScanInputs in, int6
 SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, const at::Tensor& grad_out,
                                                       const OptionalTensor& grad_last_state,
                                                       const at::Tensor& checkpoints, int64_t checkpoint_every,
-                                                      int64_t channel_block, int64_t time_segments) {
+                                                      int64_t channel_block, int64_t time_segments,
+                                                      bool partials_over_checkpoints) {
   check_like_u(grad_out, in.u, "grad_out");
   SelectiveScanBackward bw;
   const auto opts = in.u.options();
@@ -239,24 +240,55 @@ SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, co
   }
   g.channel_block = channel_block;
   const int64_t blocks = (in.dim / in.groups + channel_block - 1) / channel_block;
+  if (partials_over_checkpoints) {
+    TORCH_INTERNAL_ASSERT(checkpoint_every == kSelectiveScanCheckpointEvery && channel_block >= 2 * checkpoint_every &&
+                          (in.dim / in.groups) % channel_block == 0 && (in.B.dim() > 2 || in.C.dim() > 2));
+    bw.checkpoints = checkpoints;
+    g.BC_partials_over_checkpoints = true;
+  }
   auto partial_for = [&](const at::Tensor& P) {
-    return P.dim() == 2 ? at::empty({partial_rows, in.dim, in.dstate}, acc)
-                        : at::empty({blocks, in.batch, in.groups, in.dstate, in.len}, acc);
+    if (P.dim() == 2) return at::empty({partial_rows, in.dim, in.dstate}, acc);
+    return partials_over_checkpoints ? at::Tensor() : at::empty({blocks, in.batch, in.groups, in.dstate, in.len}, acc);
   };
   bw.dB_partial = partial_for(in.B);
   bw.dC_partial = partial_for(in.C);
-  g.dB_partial = bw.dB_partial.data_ptr();
-  g.dC_partial = bw.dC_partial.data_ptr();
+  g.dB_partial = bw.dB_partial.defined() ? bw.dB_partial.data_ptr() : nullptr;
+  g.dC_partial = bw.dC_partial.defined() ? bw.dC_partial.data_ptr() : nullptr;
   bw.in = std::move(in);
   return bw;
 }
+
+namespace {
+
+// The blocks' variable dB (is_C false) or dC sums that the kernel left over the checkpoints
+// (SelectiveScanGrads::BC_partials_over_checkpoints), added over the blocks in a fixed order:
+// (batch, G, N, L).
+at::Tensor sum_partials_over_checkpoints(const SelectiveScanBackward& bw, bool is_C) {
+  const auto& in = bw.in;
+  const int64_t K = kSelectiveScanCheckpointEvery, block = bw.grads.channel_block;
+  const int64_t chunks = bw.checkpoints.size(2), blocks = in.dim / in.groups / block;
+  // Channel 2 * step + is_C of a block holds the sums of its chunk's step.
+  const auto slots = bw.checkpoints.view({in.batch, in.groups, blocks, block, chunks, in.dstate})
+                         .narrow(3, 0, 2 * K)
+                         .view({in.batch, in.groups, blocks, K, 2, chunks, in.dstate})
+                         .select(4, is_C ? 1 : 0);                 // (batch, G, blocks, K, chunks, N)
+  return slots.sum(2)                                              // (batch, G, K, chunks, N)
+      .permute({0, 1, 4, 3, 2})                                    // (batch, G, N, chunks, K)
+      .reshape({in.batch, in.groups, in.dstate, chunks * K})
+      .narrow(3, 0, in.len);
+}
+
+}  // namespace
 
 SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw) {
   const auto& in = bw.in;
   // Each absent gradient is its own empty tensor: outputs of an op never alias each other.
   auto none = [&] { return at::empty({0}, in.u.options().dtype(in.compute)); };
   // Partial sums are added in a fixed order: the gradients are the same on every run.
-  auto reduce_state_input = [&](const at::Tensor& partial, const at::Tensor& P) {
+  auto reduce_state_input = [&](const at::Tensor& partial, const at::Tensor& P, bool is_C) {
+    if (P.dim() > 2 && bw.grads.BC_partials_over_checkpoints) {
+      return sum_partials_over_checkpoints(bw, is_C).to(P.scalar_type()).contiguous();
+    }
     return partial.sum(0).to(P.scalar_type());  // constant: (dim, N); variable: (batch, G, N, L)
   };
   at::Tensor dinitial = none();
@@ -274,8 +306,8 @@ SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw)
   return {bw.du,
           bw.ddelta,
           bw.dA_partial.sum(0),
-          reduce_state_input(bw.dB_partial, in.B),
-          reduce_state_input(bw.dC_partial, in.C),
+          reduce_state_input(bw.dB_partial, in.B, false),
+          reduce_state_input(bw.dC_partial, in.C, true),
           in.D.defined() ? bw.dD_partial.sum(0) : none(),
           in.z.defined() ? bw.dz : none(),
           in.delta_bias.defined() ? bw.ddelta_bias_partial.sum(0) : none(),
@@ -298,13 +330,14 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_composite(
                                  const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                  const at::Tensor&, const c10::optional<at::Tensor>&,
                                  const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool,
-                                 const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool)>();
+                                 const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, bool, bool)>();
   auto needs = [](const c10::optional<at::Tensor>& t) { return t.has_value() && t->requires_grad(); };
   const bool save = at::GradMode::is_enabled() &&
                     (u.requires_grad() || delta.requires_grad() || A.requires_grad() || B.requires_grad() ||
                      C.requires_grad() || needs(D) || needs(z) || needs(delta_bias) || needs(initial_state));
   auto [out, last_state, checkpoints] =
-      op.call(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, save);
+      op.call(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, save,
+              /*private_checkpoints=*/true);
   return {out, last_state};
 }
 

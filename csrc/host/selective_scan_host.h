@@ -52,12 +52,16 @@ struct SelectiveScanBackward {
   at::Tensor du, ddelta, dz, dinitial;
   at::Tensor dA_partial, dD_partial, ddelta_bias_partial, dB_partial, dC_partial;
   at::Tensor dlast;  // compute dtype, contiguous, or undefined
+  at::Tensor checkpoints;  // when the variable dB/dC partial sums go over them
 };
 
+// `partials_over_checkpoints`: the kernel writes the variable dB/dC partial sums over the
+// checkpoints (SelectiveScanGrads::BC_partials_over_checkpoints), which the caller gives up.
 SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, const at::Tensor& grad_out,
                                                       const OptionalTensor& grad_last_state,
                                                       const at::Tensor& checkpoints, int64_t checkpoint_every,
-                                                      int64_t channel_block, int64_t time_segments = 1);
+                                                      int64_t channel_block, int64_t time_segments = 1,
+                                                      bool partials_over_checkpoints = false);
 
 // (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dinitial_state); absent inputs get empty tensors.
 using SelectiveScanGradients = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,

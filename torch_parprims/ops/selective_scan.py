@@ -10,6 +10,7 @@ sums of per-task partials added in a fixed order, so two backward runs give iden
 from typing import Optional, Tuple, Union
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 _ops = torch.ops.parprims
 
@@ -160,7 +161,8 @@ def _num_states(u: Tensor, cu_seqlens: Optional[Tensor]):
 
 
 @torch.library.register_fake("parprims::_selective_scan_forward")
-def _forward_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, save_checkpoints):
+def _forward_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, save_checkpoints,
+                  private_checkpoints=False):
     batch, dim, length = u.shape
     n = A.shape[1]
     cdt = _compute_dtype(u.dtype)
@@ -175,6 +177,7 @@ def _forward_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_s
 
 
 @torch.library.register_fake("parprims::_selective_scan_backward")
+@torch.library.register_fake("parprims::_selective_scan_backward_consuming")
 def _backward_fake(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state,
                    cu_seqlens, checkpoints):
     dim, n = A.shape
@@ -211,19 +214,38 @@ def _state_update_fake(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_s
 
 
 def _setup(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, _ = inputs
+    u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state, cu_seqlens, _, *private = inputs
     ctx.delta_softplus = delta_softplus
+    ctx.private_checkpoints = bool(private and private[0])
     # An unused output's gradient stays None: zeros of the checkpoints' size would cost as much
     # memory as the output itself (the backward handles None for out and last_state).
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, initial_state, cu_seqlens, output[2])
 
 
+def _in_eager_mode(t: Tensor) -> bool:
+    """Whether ``t`` is a plain tensor of an eager call: not traced, faked or compiled."""
+    return (type(t) is torch.Tensor and not torch.compiler.is_compiling()
+            and _get_current_dispatch_mode() is None)
+
+
 def _backward(ctx, grad_out, grad_last_state, _grad_checkpoints):
     u, delta, A, B, C, D, z, delta_bias, initial_state, cu_seqlens, checkpoints = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(u)
-    du, ddelta, dA, dB, dC, dD, dz, dbias, dinit = _ops._selective_scan_backward(
+    # When no caller sees the checkpoints (selective_scan's), the first eager backward lets the
+    # kernel write its partial sums of dB and dC over them once it has read them (one
+    # (batch, dim, L) float32 array less at the peak). A second backward through the same graph
+    # (retain_graph=True) finds them spent and has the op recompute them from the inputs. A
+    # traced backward (torch.compile, export) keeps them: its graph may run more than once with
+    # nothing to mark them spent.
+    backward_op = _ops._selective_scan_backward
+    if getattr(ctx, "checkpoints_spent", False):
+        checkpoints = checkpoints.new_empty((0,) + tuple(checkpoints.shape[1:]))
+    elif ctx.private_checkpoints and _in_eager_mode(checkpoints):
+        backward_op = _ops._selective_scan_backward_consuming
+        ctx.checkpoints_spent = True
+    du, ddelta, dA, dB, dC, dD, dz, dbias, dinit = backward_op(
         grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, initial_state,
         cu_seqlens, checkpoints,
     )
@@ -232,7 +254,7 @@ def _backward(ctx, grad_out, grad_last_state, _grad_checkpoints):
         return None if t is None else grad.reshape(t.shape).to(t.dtype)
 
     return (du, ddelta, like(dA, A), like(dB, B), like(dC, C), like(dD, D), like(dz, z), like(dbias, delta_bias),
-            None, like(dinit, initial_state), None, None)
+            None, like(dinit, initial_state), None, None, None)
 
 
 torch.library.register_autograd("parprims::_selective_scan_forward", _backward, setup_context=_setup)

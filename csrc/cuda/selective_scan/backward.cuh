@@ -13,7 +13,8 @@
 //      the end), with every input's gradient term at each step;
 //   4. finish: du, d(delta), dz (their sums over the channel's states were taken with shuffles
 //      at each step); per-channel sums for D and delta_bias; the block's partial sums of
-//      variable dB and dC, reduced over its channels in a fixed order.
+//      variable dB and dC, reduced over its channels in a fixed order (written over the
+//      chunk's checkpoint, which no one reads again, when SelectiveScanGrads allows it).
 // A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
 // steps 2 and 3 without per-step sequence checks; the others check every step.
 // No floating-point atomics: every partial sum has one writer, and the host adds partials in
@@ -337,10 +338,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       Acc* entering_of_thread = s_entering + threadIdx.x * kStates;
       const int channel_step0 = me.channel * kPitch;
       // The rows of the block's partial sums of variable dB and dC for the tile's first state:
-      // (channel_blocks per group, batch, G, N, L).
+      // (channel_blocks per group, batch, G, N, L) (unless they go over the checkpoints).
       const int64_t partial_row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + tile_n0;
-      Acc* dB_rows = B_variable ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
-      Acc* dC_rows = C_variable ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
+      Acc* dB_rows = (B_variable && gr.dB_partial) ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
+      Acc* dC_rows = (C_variable && gr.dC_partial) ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
       // Where this lane stores the channel sums of dB and dC a step's reduction leaves it (the
       // same places every step, found by one reduction of zeros).
       ChannelReduction<Acc> sums_layout;
@@ -599,17 +600,28 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             store_steps<In, Acc, kSteps>(static_cast<In*>(gr.ddelta) + flat, ddelta_out);
           }
           grad_walk.base += grad_walk.chunk_stride;
-          if (variable_BC && threadIdx.x % K < steps) {
-            // Thread x sums the warps' rows at step x % K of entries x / K, x / K + kThreads / K,
-            // ... (dB of the tile's states, then dC), in warp order.
-            const int step = threadIdx.x % K;
-            for (int entry = threadIdx.x / K; entry < 2 * S; entry += Policy::kThreads / K) {
-              const bool is_C = entry >= S;
-              const int state = is_C ? entry - S : entry;
-              if (!(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
+          // The block's sums of variable dB and dC at the chunk's steps (over its warps' rows, in
+          // warp order), each written once: over the checkpoint slots the chunk read at its
+          // start (see SelectiveScanGrads), whose states are contiguous, so lanes take
+          // consecutive states; else in the rows, whose steps are. One loop for both: a loop for
+          // each made the N = 16 kernel 9 % longer (5160 instructions against 4744; one loop:
+          // 4832) and fwd+bwd 2 % slower (1.50 against 1.47 ms at (8, 1536, 2048, 16), H200).
+          if (variable_BC) {
+            const bool over_checkpoints = gr.BC_partials_over_checkpoints;
+            Acc* slots = static_cast<Acc*>(p.checkpoints) + ((me.b * p.dim + d0) * p.checkpoint_chunks + c) * p.dstate;
+            const int64_t slot_stride = p.checkpoint_chunks * p.dstate;
+            const int lane_extent = over_checkpoints ? S : K;  // what consecutive threads walk
+            for (int f = threadIdx.x; f < 2 * S * K; f += Policy::kThreads) {
+              const int inner = f % lane_extent, outer = f / lane_extent;
+              const bool is_C = over_checkpoints ? (outer & 1) : outer >= S;
+              const int state = over_checkpoints ? inner : outer - (is_C ? S : 0);
+              const int step = over_checkpoints ? outer >> 1 : inner;
+              if (step >= steps || !(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
               Acc sum = 0;
-              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * S + entry) * kPitch + step];
-              (is_C ? dC_rows : dB_rows)[state * p.len + t0 + step] = sum;
+              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * S + (is_C ? S : 0) + state) * kPitch + step];
+              Acc* to = over_checkpoints ? slots + (2 * step + is_C) * slot_stride + state
+                                         : (is_C ? dC_rows : dB_rows) + state * p.len + t0 + step;
+              *to = sum;
             }
           }
           if (last_tile) {
