@@ -117,6 +117,14 @@ def floats(args):
     return names, [args[k] for k in names]
 
 
+def leaf_floats(args):
+    """floats(args), each made a leaf that requires grad."""
+    names, inputs = floats(args)
+    for x in inputs:
+        x.requires_grad_()
+    return names, inputs
+
+
 def run(args):
     return pp.selective_scan(**args)
 
@@ -292,14 +300,18 @@ def check_grads(grads, ref_grads, names, inputs):
                 assert_close(g, r, scale=0, what=f"grad {name}")
 
 
+def forward_on_leaves(args):
+    """The op on ``args`` with every floating input made a leaf that requires grad, and random
+    gradients for its outputs: (names, inputs, out, last, gout, glast)."""
+    names, inputs = leaf_floats(args)
+    out, last = run(args)
+    return names, inputs, out, last, grad_weights(out), grad_weights(last)
+
+
 def library_grads(args):
     """The op's gradients for every floating input of ``args`` (made leaves) under random
     gradients of out and last_state: (names, inputs, grads, gout, glast)."""
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
-    out, last = run(args)
-    gout, glast = grad_weights(out), grad_weights(last)
+    names, inputs, out, last, gout, glast = forward_on_leaves(args)
     grads = torch.autograd.grad((out, last), inputs, (gout, glast), allow_unused=True)
     return names, inputs, grads, gout, glast
 
@@ -339,9 +351,7 @@ def test_no_rows_or_no_channels(batch, dim, device):
     # Long enough that rows with channels would be cut into time segments on a GPU.
     s = SSSample(batch, dim, 2048, 4, "var", D=True, z=True, delta_bias=True, softplus=True, init=True)
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
     out, last = run(args)
     assert out.shape == (batch, dim, 2048) and last.shape == (batch, dim, 4)
     grads = torch.autograd.grad((out, last), inputs, (torch.ones_like(out), torch.ones_like(last)),
@@ -449,11 +459,7 @@ def test_packed_equals_per_sequence_calls(s, offsets, device):
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.lengths is not None and not s.slow]))
 def test_packed_gradients_equal_per_sequence_gradients(s, device):
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
-    out, last = run(args)
-    gout, glast = grad_weights(out), grad_weights(last)
+    names, inputs, out, last, gout, glast = forward_on_leaves(args)
     grads = torch.autograd.grad((out, last), inputs, (gout, glast), allow_unused=True)
     # The same loss as a sum over the sequences called one by one (on the same leaves).
     total = 0
@@ -475,9 +481,7 @@ def test_more_sequences_than_a_grid_dimension(bc, device):
     dense batch of 70000 rows of 3 steps gives: outputs, last states and every gradient."""
     seqs, steps = 70000, 3
     args = SSSample(seqs, 2, steps, 2, bc, D=True, z=True, delta_bias=True, softplus=True, init=True).make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
 
     def pack(x):  # (seqs, ..., steps) -> (1, ..., seqs * steps): sequence k is row k
         return x.movedim(0, -2).reshape(*x.shape[1:-1], seqs * steps).unsqueeze(0)
@@ -536,9 +540,7 @@ def test_state_passing(bc, k, device):
     gradients too (through last_state into the first call)."""
     s = SSSample(2, 4, 3 * EVERY + 2, 5, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
     out, last = run(args)
     first = dict(args)
     second = dict(args)
@@ -597,11 +599,7 @@ def test_backward_twice_through_one_graph(s, device):
     # The first backward may spend the forward's checkpoints (the CUDA kernel writes its dB/dC
     # partial sums over them); a second one through the same graph must give the same bits.
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
-    out, last = run(args)
-    gout, glast = grad_weights(out), grad_weights(last)
+    names, inputs, out, last, gout, glast = forward_on_leaves(args)
     first = torch.autograd.grad((out, last), inputs, (gout, glast), retain_graph=True)
     second = torch.autograd.grad((out, last), inputs, (gout, glast))
     for a, b, name in zip(first, second, names):
@@ -617,9 +615,7 @@ def test_fwd_bwd_memory(device):
         pytest.skip("the CUDA kernels' memory")
     s = SSSample(2, 512, 1024, 16, "var", D=True, z=True, delta_bias=True, softplus=True)
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
     gout = torch.randn(s.batch, s.dim, s.L, device=device)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -650,9 +646,7 @@ def test_backward_ops_agree(device):
 def test_selective_scan_compile(s, device):
     torch._dynamo.reset()
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
     rest = {k: v for k, v in args.items() if k not in names}
 
     def fn(*xs):
@@ -727,9 +721,7 @@ def test_backward_is_deterministic(bc, device):
     # 512 channels: 16 blocks of 32 (N = 16), whose partial sums are added in a fixed order.
     s = SSSample(3, 512, 300, 16, bc, D=True, z=True, delta_bias=True, softplus=True, init=True)
     args = s.make(device)
-    names, inputs = floats(args)
-    for x in inputs:
-        x.requires_grad_()
+    names, inputs = leaf_floats(args)
     gout = glast = None
     runs = []
     for _ in range(2):

@@ -100,30 +100,23 @@ host::SelectiveScanGradients selective_scan_backward_impl(
   return host::finish_selective_scan_backward(bw);
 }
 
+// _selective_scan_backward (kConsume false) and _selective_scan_backward_consuming.
+template <bool kConsume>
 host::SelectiveScanGradients selective_scan_backward(
     const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
     const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
     const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
     const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints) {
   return selective_scan_backward_impl(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                      initial_state, cu_seqlens, checkpoints, /*consume_checkpoints=*/false);
-}
-
-host::SelectiveScanGradients selective_scan_backward_consuming(
-    const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
-    const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const OptionalTensor& D, const OptionalTensor& z,
-    const OptionalTensor& delta_bias, bool delta_softplus, const OptionalTensor& initial_state,
-    const OptionalTensor& cu_seqlens, const at::Tensor& checkpoints) {
-  return selective_scan_backward_impl(grad_out, grad_last_state, u, delta, A, B, C, D, z, delta_bias, delta_softplus,
-                                      initial_state, cu_seqlens, checkpoints, /*consume_checkpoints=*/true);
+                                      initial_state, cu_seqlens, checkpoints, kConsume);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
   m.impl("_selective_scan_forward", &selective_scan_forward);
-  m.impl("_selective_scan_backward", &selective_scan_backward);
-  m.impl("_selective_scan_backward_consuming", &selective_scan_backward_consuming);
+  m.impl("_selective_scan_backward", &selective_scan_backward<false>);
+  m.impl("_selective_scan_backward_consuming", &selective_scan_backward<true>);
 }
 
 }  // namespace parprims::cuda
