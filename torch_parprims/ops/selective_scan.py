@@ -235,8 +235,9 @@ def _backward(ctx, grad_out, grad_last_state, _grad_checkpoints):
         grad_out = torch.zeros_like(u)
     # When no caller sees the checkpoints (selective_scan's), the first eager backward lets the
     # kernel write its partial sums of dB and dC over them once it has read them (one
-    # (batch, dim, L) float32 array less at the peak). A second backward through the same graph
-    # (retain_graph=True) finds them spent and has the op recompute them from the inputs. A
+    # (batch, dim, L) float32 array less at the peak; the kernel decides whether they fit). A
+    # second backward through the same graph (retain_graph=True) takes them as spent and has the
+    # op recompute them from the inputs. A
     # traced backward (torch.compile, export) keeps them: its graph may run more than once with
     # nothing to mark them spent.
     backward_op = _ops._selective_scan_backward
