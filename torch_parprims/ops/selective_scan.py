@@ -6,6 +6,8 @@ entering every 16th step ("checkpoints"). The backward restarts from those check
 walks time backwards with the reverse affine recurrence of the state gradients
 ``g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1}``. Gradients of parameters shared across rows are
 sums of per-task partials added in a fixed order, so two backward runs give identical bits.
+On CUDA the eager backward writes the partial sums of dB and dC over the checkpoints it has
+read, in place of an array of their own (see ``_backward``).
 """
 from typing import Optional, Tuple, Union
 
