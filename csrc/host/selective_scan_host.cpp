@@ -287,6 +287,8 @@ SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw)
   // Partial sums are added in a fixed order: the gradients are the same on every run.
   auto reduce_state_input = [&](const at::Tensor& partial, const at::Tensor& P, bool is_C) {
     if (P.dim() > 2 && bw.grads.BC_partials_over_checkpoints) {
+      // Contiguous, as the other path's sum and the fake kernel's output are (a length that is
+      // not a multiple of the chunk leaves the view narrowed).
       return sum_partials_over_checkpoints(bw, is_C).to(P.scalar_type()).contiguous();
     }
     return partial.sum(0).to(P.scalar_type());  // constant: (dim, N); variable: (batch, G, N, L)
