@@ -1,11 +1,13 @@
 // The CPU scan engine.
 //
-// Every row is scanned with the segmented lift of the problem's monoid, so rows, packed
-// sequences, exclusive and reverse scans share one loop. Many rows: rows in parallel, each
-// sequential (without packed sequences, four rows interleaved position by position). Few long
-// rows: the three-phase chunked scan (reduce each chunk, scan the chunk totals, rescan each
-// chunk from its carry-in) over at::parallel_for. Reductions, which write no per-element
-// output, skip the scan: each segment is folded plainly (`reduce`).
+// One loop scans every stretch of a row that lies inside one segment (`stretch`): rows, packed
+// sequences (a stretch per sequence), exclusive and reverse scans share it. Many rows: rows in
+// parallel, each sequential (without packed sequences, four rows interleaved position by
+// position, so that four independent chains of combines fill each other's latency). Fewer rows
+// than four per thread: the three-phase chunked scan (reduce each chunk, scan the chunk
+// totals, rescan each chunk from its carry-in) over at::parallel_for, four chunks of a row
+// interleaved per task, span by span. Reductions, which write no per-element output, skip the
+// scan: each segment is folded plainly (`reduce`).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -26,40 +28,50 @@ namespace parprims::cpu {
 // The piece of a long row that one task scans in the three-phase scan (rows up to twice this
 // are never split), and the work of one task when rows are scanned in parallel.
 constexpr int64_t kRowChunk = 1 << 15;
+// The stretch of a long row whose chunks are scanned together (both passes while it is in cache).
+constexpr int64_t kSpan = 1 << 20;
+
+// The chunks of a span [begin, begin + len) of a long row: about kRowChunk positions each, a
+// multiple of `multiple` of them, lengths differing by at most one. Chunk c is [at(c), at(c + 1)).
+struct ChunkBounds {
+  int64_t begin, count, quotient, remainder;
+  ChunkBounds(int64_t begin_, int64_t len, int64_t multiple) : begin(begin_) {
+    count = ((len + kRowChunk - 1) / kRowChunk + multiple - 1) / multiple * multiple;
+    quotient = len / count;
+    remainder = len % count;
+  }
+  int64_t at(int64_t c) const { return begin + c * quotient + c * remainder / count; }
+};
 
 template <class P>
 struct RowScanner {
   using M = typename P::Monoid;
+  using Value = typename M::value_type;
   using Seg = Segmented<M>;
   using Lifted = typename Seg::value_type;
+  using Cursor = typename P::Cursor;
 
   const P& problem;
   const ScanGeometry& g;
 
-  // Scans logical positions [begin, end) of `row` starting from `carry`; writes the outputs
-  // when `write` is set, and returns the lifted aggregate (carry included).
-  Lifted run(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
-    if (begin >= end) return carry;
-    if (g.segments.offsets == nullptr) return run_plain(row, begin, end, carry, write);
-    return run_segmented(row, begin, end, carry, write);
-  }
-
-  // Without packed sequences only position 0 starts a segment: a tight loop of the monoid.
-  Lifted run_plain(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
-    const auto cursor = problem.cursor(row);
+  // Logical positions [begin, end) (begin < end) of one segment of `row` (physical segment
+  // `segment`), one combine after another from `acc`; `head`: begin starts the segment, whose
+  // first value replaces `acc`. Writes the outputs when kWrite; returns the inclusive value at
+  // end - 1. Every path of the engine scans through this loop or its interleaved form.
+  template <bool kWrite>
+  Value stretch(const Cursor& cursor, int64_t row, int64_t begin, int64_t end, Value acc, bool head,
+                int64_t segment) const {
     const int64_t step = g.reverse ? -1 : 1;
     int64_t ppos = g.physical_pos(begin);
     int64_t pos = begin;
-    auto acc = carry.value;
-    if (pos == 0) {
-      const auto v = problem.at_head(problem.load(cursor, ppos), row, 0);
-      if (write) problem.store(cursor, ppos, g.exclusive ? problem.exclusive_head(row, 0) : v);
+    if (head) {
+      const auto v = problem.at_head(problem.load(cursor, ppos), row, segment);
+      if constexpr (kWrite) problem.store(cursor, ppos, g.exclusive ? problem.exclusive_head(row, segment) : v);
       acc = v;
-      carry.head = true;
       ++pos;
       ppos += step;
     }
-    if (!write) {
+    if constexpr (!kWrite) {
       for (; pos < end; ++pos, ppos += step) acc = M::combine(acc, problem.load(cursor, ppos));
     } else if (g.exclusive) {
       for (; pos < end; ++pos, ppos += step) {
@@ -73,87 +85,158 @@ struct RowScanner {
         problem.store(cursor, ppos, acc);
       }
     }
-    if (write && end == g.len) problem.store_final(row, 0, acc);
-    return {acc, carry.head};
+    return acc;
   }
 
-  Lifted run_segmented(int64_t row, int64_t begin, int64_t end, Lifted carry, bool write) const {
-    const auto cursor = problem.cursor(row);
+  // Scans logical positions [begin, end) of `row` starting from `carry`; writes the outputs
+  // when kWrite, and returns the lifted aggregate (carry included).
+  template <bool kWrite>
+  Lifted run(int64_t row, int64_t begin, int64_t end, Lifted carry) const {
+    if (begin >= end) return carry;
+    if (g.segments.offsets == nullptr) {  // only position 0 starts a segment
+      const bool head = begin == 0;
+      const Value acc = stretch<kWrite>(problem.cursor(row), row, begin, end, carry.value, head, 0);
+      if (kWrite && end == g.len) problem.store_final(row, 0, acc);
+      return {acc, carry.head || head};
+    }
+    // Packed sequences: a stretch per segment (or piece of one) inside [begin, end).
+    const Cursor cursor = problem.cursor(row);
     SegmentWalker walker;
     walker.seek(g, begin);
-    for (int64_t pos = begin; pos < end; ++pos) {
-      const bool head = pos == begin ? walker.starts_segment(g, pos) : walker.enter(g, pos);
-      const int64_t ppos = g.physical_pos(pos);
-      const int64_t pseg = g.physical_segment(walker.segment);
-      auto value = problem.load(cursor, ppos);
-      if (head) value = problem.at_head(value, row, pseg);
-      if (write && g.exclusive) {
-        problem.store(cursor, ppos, head ? problem.exclusive_head(row, pseg) : carry.value);
-      }
-      carry = Seg::combine(carry, Lifted{value, head});
-      if (write && !g.exclusive) problem.store(cursor, ppos, carry.value);
-      if (write && walker.is_last(pos)) problem.store_final(row, pseg, carry.value);
+    bool head = walker.starts_segment(g, begin);
+    for (int64_t pos = begin; pos < end;) {
+      const int64_t stop = std::min(walker.next_start, end);
+      const int64_t segment = g.physical_segment(walker.segment);
+      carry = {stretch<kWrite>(cursor, row, pos, stop, carry.value, head, segment), carry.head || head};
+      if (kWrite && stop == walker.next_start) problem.store_final(row, segment, carry.value);
+      pos = stop;
+      if (pos < end) head = walker.enter(g, pos);  // pos is the next segment's start
     }
     return carry;
   }
 
-  void whole_row(int64_t row) const { run(row, 0, g.len, Seg::identity(), true); }
+  void whole_row(int64_t row) const { run<true>(row, 0, g.len, Seg::identity()); }
 
-  // kInterleave whole rows without packed sequences at once, position by position: each row's
-  // recurrence is a chain of dependent combines (a float add waits for the previous one), and
-  // independent rows fill those waits. The same combines in the same order as run_plain.
+  // kInterleave stretches without packed sequences scanned position by position: each is a
+  // chain of dependent combines (a float add waits for the previous one), and independent
+  // chains fill those waits. The same combines in the same order as `stretch`. Either
+  // kInterleave whole rows from `first` on (kOneRow false: one position, kInterleave cursors),
+  // or kInterleave stretches of row `first` (kOneRow: one cursor, a position each) beginning at
+  // begins[r], n >= 1 positions each. acc: the carries in, then each stretch's last inclusive
+  // value. A stretch that begins at 0 starts its row (its carry is not read).
   static constexpr int kInterleave = 4;
-  void interleaved_rows(int64_t first_row) const {
-    typename P::Cursor cursors[kInterleave];
-    typename M::value_type acc[kInterleave];
-    const int64_t step = g.reverse ? -1 : 1;
-    int64_t ppos = g.physical_pos(0);
+  template <bool kWrite, bool kOneRow>
+  void interleaved(int64_t first, const int64_t (&begins)[kInterleave], int64_t n, Value (&acc)[kInterleave]) const {
+    if (kWrite && g.exclusive) {
+      interleaved<kWrite, kOneRow, true>(first, begins, n, acc);
+    } else {
+      interleaved<kWrite, kOneRow, false>(first, begins, n, acc);
+    }
+  }
+  template <bool kWrite, bool kOneRow, bool kExclusive>
+  void interleaved(int64_t first, const int64_t (&begins)[kInterleave], int64_t n, Value (&carries)[kInterleave]) const {
+    // Whole rows share one position, stretches of one row one cursor: fewer live registers.
+    constexpr int kCursors = kOneRow ? 1 : kInterleave, kPositions = kOneRow ? kInterleave : 1;
+    Cursor cursors[kCursors];
+    int64_t ppos[kPositions];
+    Value acc[kInterleave];  // a local copy, which the compiler keeps in registers
+    for (int r = 0; r < kCursors; ++r) cursors[r] = problem.cursor(first + r);
+    for (int r = 0; r < kPositions; ++r) ppos[r] = g.physical_pos(begins[r]);
     for (int r = 0; r < kInterleave; ++r) {
-      const int64_t row = first_row + r;
-      cursors[r] = problem.cursor(row);
-      const auto v = problem.at_head(problem.load(cursors[r], ppos), row, 0);
-      problem.store(cursors[r], ppos, g.exclusive ? problem.exclusive_head(row, 0) : v);
+      const Cursor& c = cursors[kOneRow ? 0 : r];
+      const int64_t p = ppos[kOneRow ? r : 0];
+      if (kOneRow && begins[r] != 0) {  // (whole rows all begin at 0)
+        acc[r] = carries[r];
+        advance<kWrite, kExclusive>(c, p, acc[r]);
+        continue;
+      }
+      const int64_t row = kOneRow ? first : first + r;
+      const auto v = problem.at_head(problem.load(c, p), row, 0);
+      if constexpr (kWrite) problem.store(c, p, kExclusive ? problem.exclusive_head(row, 0) : v);
       acc[r] = v;
     }
-    for (int64_t pos = 1; pos < g.len; ++pos) {
-      ppos += step;
-      for (int r = 0; r < kInterleave; ++r) {
-        const auto v = problem.load(cursors[r], ppos);
-        if (g.exclusive) {
-          problem.store(cursors[r], ppos, acc[r]);
-          acc[r] = M::combine(acc[r], v);
-        } else {
-          acc[r] = M::combine(acc[r], v);
-          problem.store(cursors[r], ppos, acc[r]);
-        }
-      }
+    const int64_t step = g.reverse ? -1 : 1;
+    for (int64_t i = 1; i < n; ++i) {
+      for (int r = 0; r < kPositions; ++r) ppos[r] += step;
+      for (int r = 0; r < kInterleave; ++r) advance<kWrite, kExclusive>(cursors[kOneRow ? 0 : r], ppos[kOneRow ? r : 0], acc[r]);
     }
-    for (int r = 0; r < kInterleave; ++r) problem.store_final(first_row + r, 0, acc[r]);
+    for (int r = 0; r < kInterleave; ++r) carries[r] = acc[r];
+  }
+
+  // One position of a stretch: combine, and store the inclusive or exclusive output.
+  template <bool kWrite, bool kExclusive>
+  void advance(const Cursor& c, int64_t p, Value& acc) const {
+    const auto v = problem.load(c, p);
+    if constexpr (kExclusive) problem.store(c, p, acc);
+    acc = M::combine(acc, v);
+    if constexpr (kWrite && !kExclusive) problem.store(c, p, acc);
   }
 
   // Rows [lo, hi), whole: kInterleave at a time where there are no packed sequences.
   void whole_rows(int64_t lo, int64_t hi) const {
     int64_t row = lo;
     if (g.segments.offsets == nullptr) {
-      for (; row + kInterleave <= hi; row += kInterleave) interleaved_rows(row);
+      for (; row + kInterleave <= hi; row += kInterleave) {
+        const int64_t begins[kInterleave] = {};
+        Value acc[kInterleave];
+        interleaved<true, false>(row, begins, g.len, acc);
+        for (int r = 0; r < kInterleave; ++r) problem.store_final(row + r, 0, acc[r]);
+      }
     }
     for (; row < hi; ++row) whole_row(row);
   }
 
+  // One long row, span by span (a span's two passes then find it in cache), each span in three
+  // phases: the aggregate of each chunk (in parallel), a scan of the chunk aggregates from the
+  // span's carry-in, each chunk rescanned from its carry-in (in parallel). A task takes
+  // kInterleave neighbouring chunks and, without packed sequences, scans them interleaved, so
+  // that one thread runs kInterleave independent chains: two passes then take less time than
+  // one chain through the span, even on one thread.
   void chunked_row(int64_t row) const {
-    const int64_t chunks = (g.len + kRowChunk - 1) / kRowChunk;
+    Lifted carry = Seg::identity();
+    for (int64_t begin = 0; begin < g.len; begin += kSpan) carry = chunked_span(row, begin, std::min(g.len, begin + kSpan), carry);
+  }
+
+  Lifted chunked_span(int64_t row, int64_t begin, int64_t end, Lifted carry) const {
+    const ChunkBounds bounds(begin, end - begin, kInterleave);
+    const int64_t chunks = bounds.count, quotient = bounds.quotient;
+    auto bound = [&](int64_t c) { return bounds.at(c); };
     std::vector<Lifted> carries(chunks + 1, Seg::identity());
-    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t c = lo; c < hi; ++c) {
-        carries[c + 1] = run(row, c * kRowChunk, std::min(g.len, (c + 1) * kRowChunk), Seg::identity(), false);
+    auto chunk_group = [&](int64_t group, auto write) {
+      constexpr bool kWrite = decltype(write)::value;
+      const int64_t c0 = group * kInterleave;
+      if (g.segments.offsets != nullptr || quotient == 0) {
+        for (int64_t c = c0; c < c0 + kInterleave; ++c) {
+          const Lifted out = run<kWrite>(row, bound(c), bound(c + 1), kWrite ? carries[c] : Seg::identity());
+          if constexpr (!kWrite) carries[c + 1] = out;
+        }
+        return;
       }
+      int64_t begins[kInterleave];
+      Value acc[kInterleave];
+      for (int r = 0; r < kInterleave; ++r) {
+        begins[r] = bound(c0 + r);
+        acc[r] = kWrite ? carries[c0 + r].value : M::identity();
+      }
+      interleaved<kWrite, true>(row, begins, quotient, acc);  // the chunks' common length
+      const Cursor cursor = problem.cursor(row);
+      for (int r = 0; r < kInterleave; ++r) {
+        const int64_t stop = bound(c0 + r + 1);
+        if (begins[r] + quotient < stop) acc[r] = stretch<kWrite>(cursor, row, begins[r] + quotient, stop, acc[r], false, 0);
+        if (!kWrite) carries[c0 + r + 1] = {acc[r], begins[r] == 0};
+        if (kWrite && stop == g.len) problem.store_final(row, 0, acc[r]);
+      }
+    };
+    const int64_t groups = chunks / kInterleave;
+    at::parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) chunk_group(k, std::false_type{});
     });
+    carries[0] = carry;
     for (int64_t c = 1; c <= chunks; ++c) carries[c] = Seg::combine(carries[c - 1], carries[c]);
-    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t c = lo; c < hi; ++c) {
-        run(row, c * kRowChunk, std::min(g.len, (c + 1) * kRowChunk), carries[c], true);
-      }
+    at::parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) chunk_group(k, std::true_type{});
     });
+    return carries[chunks];
   }
 };
 
@@ -345,8 +428,9 @@ void scan(const P& problem, const ScanGeometry& g) {
     return;
   }
   const RowScanner<P> scanner{problem, g};
+  // Too few rows to give every thread kInterleave of them: cut each row into chunks instead.
   const int64_t threads = at::get_num_threads();
-  if (g.len > 2 * kRowChunk && g.rows < threads) {
+  if (g.len > 2 * kRowChunk && g.rows < threads * RowScanner<P>::kInterleave) {
     for (int64_t row = 0; row < g.rows; ++row) scanner.chunked_row(row);
     return;
   }

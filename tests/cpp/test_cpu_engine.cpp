@@ -260,10 +260,15 @@ std::vector<int64_t> random_offsets(int64_t len, int64_t mean, unsigned seed) {
   return o;
 }
 
-// Segments that start exactly at, end exactly at, and straddle chunk boundaries.
+// Segments that start exactly at, end exactly at, and straddle the chunked path's first chunk
+// boundaries, an empty one on each.
 std::vector<int64_t> chunk_boundary_offsets(int64_t len) {
-  std::vector<int64_t> o{0, 5, kRowChunk - 1, kRowChunk, kRowChunk, kRowChunk + 1, 2 * kRowChunk - 3};
-  if (len > 2 * kRowChunk + 10) o.insert(o.end(), {2 * kRowChunk, 2 * kRowChunk + 7});
+  const cpu::ChunkBounds bounds(0, std::min(len, cpu::kSpan), cpu::RowScanner<BicyclicProblem>::kInterleave);
+  std::vector<int64_t> o{0, 5};
+  for (int64_t c = 1; c < std::min<int64_t>(bounds.count, 4); ++c) {
+    const int64_t b = bounds.at(c);
+    o.insert(o.end(), {b - 1, b, b, b + 1});
+  }
   o.push_back(len);
   return o;
 }
@@ -312,6 +317,11 @@ TEST(CpuEngine, BicyclicLongChunkedRows) {
   }
   // Strided long rows.
   check_bicyclic({{3, 2 * kRowChunk + 77, true}, std::nullopt, false, false, true});
+  // Rows of several spans: the carry goes from span to span.
+  for_each_direction([&](bool exclusive, bool reverse) {
+    check_bicyclic({{1, 2 * cpu::kSpan + 4321, false}, std::nullopt, false, exclusive, reverse});
+  });
+  check_bicyclic({{1, cpu::kSpan + 17, false}, random_offsets(cpu::kSpan + 17, 5000, 3), false, false, true});
 }
 
 TEST(CpuEngine, BicyclicLongSegmentedRows) {
