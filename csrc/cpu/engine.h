@@ -2,12 +2,13 @@
 //
 // One loop scans every stretch of a row that lies inside one segment (`stretch`): rows, packed
 // sequences (a stretch per sequence), exclusive and reverse scans share it. Many rows: rows in
-// parallel, each sequential (without packed sequences, four rows interleaved position by
-// position, so that four independent chains of combines fill each other's latency). Fewer rows
-// than four per thread: the three-phase chunked scan (reduce each chunk, scan the chunk
-// totals, rescan each chunk from its carry-in) over at::parallel_for, four chunks of a row
-// interleaved per task, span by span. Reductions, which write no per-element output, skip the
-// scan: each segment is folded plainly (`reduce`).
+// parallel, each sequential, four rows interleaved position by position (sequence by sequence:
+// every row has the same packed sequences), so that four independent chains of combines fill
+// each other's latency. Fewer rows than four per thread: the three-phase chunked scan (reduce
+// each chunk, scan the chunk totals, rescan each chunk from its carry-in) over
+// at::parallel_for, span by span, four chunks of a row interleaved per task where the row has
+// no packed sequences. Reductions, which write no per-element output, skip the scan: each
+// segment is folded plainly (`reduce`).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -117,42 +118,45 @@ struct RowScanner {
 
   void whole_row(int64_t row) const { run<true>(row, 0, g.len, Seg::identity()); }
 
-  // kInterleave stretches without packed sequences scanned position by position: each is a
-  // chain of dependent combines (a float add waits for the previous one), and independent
-  // chains fill those waits. The same combines in the same order as `stretch`. Either
-  // kInterleave whole rows from `first` on (kOneRow false: one position, kInterleave cursors),
-  // or kInterleave stretches of row `first` (kOneRow: one cursor, a position each) beginning at
-  // begins[r], n >= 1 positions each. acc: the carries in, then each stretch's last inclusive
-  // value. A stretch that begins at 0 starts its row (its carry is not read).
+  // kInterleave stretches scanned position by position: each is a chain of dependent combines
+  // (a float add waits for the previous one), and independent chains fill those waits. The
+  // same combines in the same order as `stretch`. Either the same stretch of kInterleave rows
+  // from `first` on, a whole segment (physical `segment`) of each (kOneRow false: one position,
+  // kInterleave cursors), or kInterleave stretches of row `first` without packed sequences
+  // (kOneRow: one cursor, a position each), a stretch that begins at 0 starting the row.
+  // begins[r]: the stretches' first positions; n >= 1 positions each. carries: the carries in
+  // (read only for stretches that start no segment), then each stretch's last inclusive value.
   static constexpr int kInterleave = 4;
+  template <bool kOneRow>
+  using Cursors = Cursor[kOneRow ? 1 : kInterleave];
   template <bool kWrite, bool kOneRow>
-  void interleaved(int64_t first, const int64_t (&begins)[kInterleave], int64_t n, Value (&acc)[kInterleave]) const {
+  void interleaved(const Cursors<kOneRow>& cursors, int64_t first, const int64_t (&begins)[kInterleave], int64_t n,
+                   int64_t segment, Value (&carries)[kInterleave]) const {
     if (kWrite && g.exclusive) {
-      interleaved<kWrite, kOneRow, true>(first, begins, n, acc);
+      interleaved<kWrite, kOneRow, true>(cursors, first, begins, n, segment, carries);
     } else {
-      interleaved<kWrite, kOneRow, false>(first, begins, n, acc);
+      interleaved<kWrite, kOneRow, false>(cursors, first, begins, n, segment, carries);
     }
   }
   template <bool kWrite, bool kOneRow, bool kExclusive>
-  void interleaved(int64_t first, const int64_t (&begins)[kInterleave], int64_t n, Value (&carries)[kInterleave]) const {
+  void interleaved(const Cursors<kOneRow>& cursors, int64_t first, const int64_t (&begins)[kInterleave], int64_t n,
+                   int64_t segment, Value (&carries)[kInterleave]) const {
     // Whole rows share one position, stretches of one row one cursor: fewer live registers.
-    constexpr int kCursors = kOneRow ? 1 : kInterleave, kPositions = kOneRow ? kInterleave : 1;
-    Cursor cursors[kCursors];
+    constexpr int kPositions = kOneRow ? kInterleave : 1;
     int64_t ppos[kPositions];
     Value acc[kInterleave];  // a local copy, which the compiler keeps in registers
-    for (int r = 0; r < kCursors; ++r) cursors[r] = problem.cursor(first + r);
     for (int r = 0; r < kPositions; ++r) ppos[r] = g.physical_pos(begins[r]);
     for (int r = 0; r < kInterleave; ++r) {
       const Cursor& c = cursors[kOneRow ? 0 : r];
       const int64_t p = ppos[kOneRow ? r : 0];
-      if (kOneRow && begins[r] != 0) {  // (whole rows all begin at 0)
+      if (kOneRow && begins[r] != 0) {
         acc[r] = carries[r];
         advance<kWrite, kExclusive>(c, p, acc[r]);
         continue;
       }
       const int64_t row = kOneRow ? first : first + r;
-      const auto v = problem.at_head(problem.load(c, p), row, 0);
-      if constexpr (kWrite) problem.store(c, p, kExclusive ? problem.exclusive_head(row, 0) : v);
+      const auto v = problem.at_head(problem.load(c, p), row, segment);
+      if constexpr (kWrite) problem.store(c, p, kExclusive ? problem.exclusive_head(row, segment) : v);
       acc[r] = v;
     }
     const int64_t step = g.reverse ? -1 : 1;
@@ -172,15 +176,22 @@ struct RowScanner {
     if constexpr (kWrite && !kExclusive) problem.store(c, p, acc);
   }
 
-  // Rows [lo, hi), whole: kInterleave at a time where there are no packed sequences.
+  // Rows [lo, hi), whole: kInterleave at a time, segment by segment (every row has the same
+  // packed sequences).
   void whole_rows(int64_t lo, int64_t hi) const {
     int64_t row = lo;
-    if (g.segments.offsets == nullptr) {
-      for (; row + kInterleave <= hi; row += kInterleave) {
-        const int64_t begins[kInterleave] = {};
+    for (; row + kInterleave <= hi; row += kInterleave) {
+      Cursor cursors[kInterleave];
+      for (int r = 0; r < kInterleave; ++r) cursors[r] = problem.cursor(row + r);
+      for (int64_t k = 0; k < g.num_segments(); ++k) {
+        const int64_t start = g.segment_start(k), stop = g.segment_start(k + 1);
+        if (start == stop) continue;  // empty sequences: the host writes their final states
+        const int64_t segment = g.physical_segment(k);
+        int64_t begins[kInterleave];
+        std::fill(begins, begins + kInterleave, start);
         Value acc[kInterleave];
-        interleaved<true, false>(row, begins, g.len, acc);
-        for (int r = 0; r < kInterleave; ++r) problem.store_final(row + r, 0, acc[r]);
+        interleaved<true, false>(cursors, row, begins, stop - start, segment, acc);
+        for (int r = 0; r < kInterleave; ++r) problem.store_final(row + r, segment, acc[r]);
       }
     }
     for (; row < hi; ++row) whole_row(row);
@@ -218,11 +229,11 @@ struct RowScanner {
         begins[r] = bound(c0 + r);
         acc[r] = kWrite ? carries[c0 + r].value : M::identity();
       }
-      interleaved<kWrite, true>(row, begins, quotient, acc);  // the chunks' common length
-      const Cursor cursor = problem.cursor(row);
+      const Cursor cursor[1] = {problem.cursor(row)};
+      interleaved<kWrite, true>(cursor, row, begins, quotient, 0, acc);  // the chunks' common length
       for (int r = 0; r < kInterleave; ++r) {
         const int64_t stop = bound(c0 + r + 1);
-        if (begins[r] + quotient < stop) acc[r] = stretch<kWrite>(cursor, row, begins[r] + quotient, stop, acc[r], false, 0);
+        if (begins[r] + quotient < stop) acc[r] = stretch<kWrite>(cursor[0], row, begins[r] + quotient, stop, acc[r], false, 0);
         if (!kWrite) carries[c0 + r + 1] = {acc[r], begins[r] == 0};
         if (kWrite && stop == g.len) problem.store_final(row, 0, acc[r]);
       }

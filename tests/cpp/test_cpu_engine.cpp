@@ -341,6 +341,8 @@ TEST(CpuEngine, AffineStatesShortRows) {
       for_each_direction([&](bool exclusive, bool reverse) {
         check_affine({{3, len, false}, std::nullopt, false, exclusive, reverse}, with_initial);
         check_affine({{3, len, true}, offsets_with_empties(len), false, exclusive, reverse}, with_initial);
+        // Four rows interleaved sequence by sequence, and one more alone.
+        check_affine({{5, len, false}, offsets_with_empties(len), false, exclusive, reverse}, with_initial);
       });
     }
   }
