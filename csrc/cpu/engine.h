@@ -6,9 +6,8 @@
 // every row has the same packed sequences), so that four independent chains of combines fill
 // each other's latency. Fewer rows than four per thread: the three-phase chunked scan (reduce
 // each chunk, scan the chunk totals, rescan each chunk from its carry-in) over
-// at::parallel_for, span by span, four chunks of a row interleaved per task where the row has
-// no packed sequences. Reductions, which write no per-element output, skip the scan: each
-// segment is folded plainly (`reduce`).
+// at::parallel_for, span by span, four chunks of a row interleaved per task. Reductions, which
+// write no per-element output, skip the scan: each segment is folded plainly (`reduce`).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -121,26 +120,30 @@ struct RowScanner {
   // kInterleave stretches scanned position by position: each is a chain of dependent combines
   // (a float add waits for the previous one), and independent chains fill those waits. The
   // same combines in the same order as `stretch`. Either the same stretch of kInterleave rows
-  // from `first` on, a whole segment (physical `segment`) of each (kOneRow false: one position,
-  // kInterleave cursors), or kInterleave stretches of row `first` without packed sequences
-  // (kOneRow: one cursor, a position each), a stretch that begins at 0 starting the row.
-  // begins[r]: the stretches' first positions; n >= 1 positions each. carries: the carries in
-  // (read only for stretches that start no segment), then each stretch's last inclusive value.
+  // from `first` on (kOneRow false: one position, kInterleave cursors), or kInterleave
+  // stretches of row `first` (kOneRow: one cursor, a position each). begins[r]: the stretches'
+  // first positions, n >= 1 positions each, none crossing a segment's end. heads: which
+  // stretches start a segment, and its physical index. carries: the carries in (read only for
+  // stretches that start no segment), then each stretch's last inclusive value.
   static constexpr int kInterleave = 4;
+  struct Heads {
+    bool starts[kInterleave];
+    int64_t segment[kInterleave];
+  };
   template <bool kOneRow>
   using Cursors = Cursor[kOneRow ? 1 : kInterleave];
   template <bool kWrite, bool kOneRow>
   void interleaved(const Cursors<kOneRow>& cursors, int64_t first, const int64_t (&begins)[kInterleave], int64_t n,
-                   int64_t segment, Value (&carries)[kInterleave]) const {
+                   const Heads& heads, Value (&carries)[kInterleave]) const {
     if (kWrite && g.exclusive) {
-      interleaved<kWrite, kOneRow, true>(cursors, first, begins, n, segment, carries);
+      interleaved<kWrite, kOneRow, true>(cursors, first, begins, n, heads, carries);
     } else {
-      interleaved<kWrite, kOneRow, false>(cursors, first, begins, n, segment, carries);
+      interleaved<kWrite, kOneRow, false>(cursors, first, begins, n, heads, carries);
     }
   }
   template <bool kWrite, bool kOneRow, bool kExclusive>
   void interleaved(const Cursors<kOneRow>& cursors, int64_t first, const int64_t (&begins)[kInterleave], int64_t n,
-                   int64_t segment, Value (&carries)[kInterleave]) const {
+                   const Heads& heads, Value (&carries)[kInterleave]) const {
     // Whole rows share one position, stretches of one row one cursor: fewer live registers.
     constexpr int kPositions = kOneRow ? kInterleave : 1;
     int64_t ppos[kPositions];
@@ -149,14 +152,14 @@ struct RowScanner {
     for (int r = 0; r < kInterleave; ++r) {
       const Cursor& c = cursors[kOneRow ? 0 : r];
       const int64_t p = ppos[kOneRow ? r : 0];
-      if (kOneRow && begins[r] != 0) {
+      if (!heads.starts[r]) {
         acc[r] = carries[r];
         advance<kWrite, kExclusive>(c, p, acc[r]);
         continue;
       }
       const int64_t row = kOneRow ? first : first + r;
-      const auto v = problem.at_head(problem.load(c, p), row, segment);
-      if constexpr (kWrite) problem.store(c, p, kExclusive ? problem.exclusive_head(row, segment) : v);
+      const auto v = problem.at_head(problem.load(c, p), row, heads.segment[r]);
+      if constexpr (kWrite) problem.store(c, p, kExclusive ? problem.exclusive_head(row, heads.segment[r]) : v);
       acc[r] = v;
     }
     const int64_t step = g.reverse ? -1 : 1;
@@ -188,21 +191,78 @@ struct RowScanner {
         if (start == stop) continue;  // empty sequences: the host writes their final states
         const int64_t segment = g.physical_segment(k);
         int64_t begins[kInterleave];
-        std::fill(begins, begins + kInterleave, start);
+        Heads heads;
+        for (int r = 0; r < kInterleave; ++r) begins[r] = start, heads.starts[r] = true, heads.segment[r] = segment;
         Value acc[kInterleave];
-        interleaved<true, false>(cursors, row, begins, stop - start, segment, acc);
+        interleaved<true, false>(cursors, row, begins, stop - start, heads, acc);
         for (int r = 0; r < kInterleave; ++r) problem.store_final(row + r, segment, acc[r]);
       }
     }
     for (; row < hi; ++row) whole_row(row);
   }
 
+  // kInterleave chunks [begins[r], ends[r]) of one row with packed sequences, interleaved where
+  // each chunk is at a stretch of one sequence at least kShortStretch long: a lane at a shorter
+  // one (a short sequence, a sequence's last positions) scans it alone first. lifted: the
+  // carries in, then each chunk's lifted aggregate (carry included).
+  static constexpr int64_t kShortStretch = 32;
+  template <bool kWrite>
+  void packed_chunks(int64_t row, const int64_t (&begins)[kInterleave], const int64_t (&ends)[kInterleave],
+                     Lifted (&lifted)[kInterleave]) const {
+    const Cursor cursor[1] = {problem.cursor(row)};
+    SegmentWalker walkers[kInterleave];
+    int64_t pos[kInterleave];
+    Heads heads;
+    auto enter_segment = [&](int r) {
+      heads.starts[r] = walkers[r].starts_segment(g, pos[r]);
+      heads.segment[r] = g.physical_segment(walkers[r].segment);
+    };
+    for (int r = 0; r < kInterleave; ++r) {
+      walkers[r].seek(g, begins[r]);
+      pos[r] = begins[r];
+      enter_segment(r);
+    }
+    auto stretch_end = [&](int r) { return std::min(walkers[r].next_start, ends[r]); };
+    // Lane r has scanned up to pos[r]: at its sequence's end, store the final state, move on.
+    auto scanned_to = [&](int r, const Value& acc, int64_t to) {
+      lifted[r] = {acc, lifted[r].head || heads.starts[r]};
+      pos[r] = to;
+      heads.starts[r] = false;
+      if (pos[r] != walkers[r].next_start) return;
+      if (kWrite) problem.store_final(row, heads.segment[r], acc);
+      if (pos[r] == ends[r]) return;
+      walkers[r].enter(g, pos[r]);
+      enter_segment(r);
+    };
+    for (;;) {
+      int64_t n = std::numeric_limits<int64_t>::max();
+      bool lane_done = false;
+      for (int r = 0; r < kInterleave; ++r) {
+        while (pos[r] < ends[r] && stretch_end(r) - pos[r] < kShortStretch) {
+          const int64_t stop = stretch_end(r);
+          scanned_to(r, stretch<kWrite>(cursor[0], row, pos[r], stop, lifted[r].value, heads.starts[r], heads.segment[r]), stop);
+        }
+        if (pos[r] == ends[r]) lane_done = true;
+        n = std::min(n, stretch_end(r) - pos[r]);
+      }
+      if (lane_done) break;
+      Value acc[kInterleave];
+      for (int r = 0; r < kInterleave; ++r) acc[r] = lifted[r].value;
+      interleaved<kWrite, true>(cursor, row, pos, n, heads, acc);
+      for (int r = 0; r < kInterleave; ++r) scanned_to(r, acc[r], pos[r] + n);
+    }
+    for (int r = 0; r < kInterleave; ++r) {
+      if (pos[r] < ends[r]) lifted[r] = run<kWrite>(row, pos[r], ends[r], lifted[r]);
+    }
+  }
+
   // One long row, span by span (a span's two passes then find it in cache), each span in three
   // phases: the aggregate of each chunk (in parallel), a scan of the chunk aggregates from the
   // span's carry-in, each chunk rescanned from its carry-in (in parallel). A task takes
-  // kInterleave neighbouring chunks and, without packed sequences, scans them interleaved, so
-  // that one thread runs kInterleave independent chains: two passes then take less time than
-  // one chain through the span, even on one thread.
+  // kInterleave neighbouring chunks and scans them interleaved (with packed sequences, wherever
+  // each chunk is inside a long enough stretch of one sequence), so that one thread runs
+  // kInterleave independent chains: two passes then take less time than one chain through the
+  // span, even on one thread.
   void chunked_row(int64_t row) const {
     Lifted carry = Seg::identity();
     for (int64_t begin = 0; begin < g.len; begin += kSpan) carry = chunked_span(row, begin, std::min(g.len, begin + kSpan), carry);
@@ -216,7 +276,7 @@ struct RowScanner {
     auto chunk_group = [&](int64_t group, auto write) {
       constexpr bool kWrite = decltype(write)::value;
       const int64_t c0 = group * kInterleave;
-      if (g.segments.offsets != nullptr || quotient == 0) {
+      if (quotient == 0) {  // (rows shorter than the chunk count: only from tests)
         for (int64_t c = c0; c < c0 + kInterleave; ++c) {
           const Lifted out = run<kWrite>(row, bound(c), bound(c + 1), kWrite ? carries[c] : Seg::identity());
           if constexpr (!kWrite) carries[c + 1] = out;
@@ -224,13 +284,27 @@ struct RowScanner {
         return;
       }
       int64_t begins[kInterleave];
+      for (int r = 0; r < kInterleave; ++r) begins[r] = bound(c0 + r);
+      if (g.segments.offsets != nullptr) {
+        int64_t ends[kInterleave];
+        Lifted lifted[kInterleave];
+        for (int r = 0; r < kInterleave; ++r) {
+          ends[r] = bound(c0 + r + 1);
+          lifted[r] = kWrite ? carries[c0 + r] : Seg::identity();
+        }
+        packed_chunks<kWrite>(row, begins, ends, lifted);
+        if constexpr (!kWrite) std::copy(lifted, lifted + kInterleave, carries.begin() + c0 + 1);
+        return;
+      }
       Value acc[kInterleave];
+      Heads heads;
       for (int r = 0; r < kInterleave; ++r) {
-        begins[r] = bound(c0 + r);
         acc[r] = kWrite ? carries[c0 + r].value : M::identity();
+        heads.starts[r] = begins[r] == 0;
+        heads.segment[r] = 0;
       }
       const Cursor cursor[1] = {problem.cursor(row)};
-      interleaved<kWrite, true>(cursor, row, begins, quotient, 0, acc);  // the chunks' common length
+      interleaved<kWrite, true>(cursor, row, begins, quotient, heads, acc);  // the chunks' common length
       for (int r = 0; r < kInterleave; ++r) {
         const int64_t stop = bound(c0 + r + 1);
         if (begins[r] + quotient < stop) acc[r] = stretch<kWrite>(cursor[0], row, begins[r] + quotient, stop, acc[r], false, 0);
