@@ -120,11 +120,12 @@ struct RowScanner {
   // kInterleave stretches scanned position by position: each is a chain of dependent combines
   // (a float add waits for the previous one), and independent chains fill those waits. The
   // same combines in the same order as `stretch`. Either the same stretch of kInterleave rows
-  // from `first` on (kOneRow false: one position, kInterleave cursors), or kInterleave
-  // stretches of row `first` (kOneRow: one cursor, a position each). begins[r]: the stretches'
-  // first positions, n >= 1 positions each, none crossing a segment's end. heads: which
-  // stretches start a segment, and its physical index. carries: the carries in (read only for
-  // stretches that start no segment), then each stretch's last inclusive value.
+  // from `first` on, a whole segment of each (kOneRow false: one position, kInterleave
+  // cursors), or kInterleave stretches of row `first` (kOneRow: one cursor, a position each).
+  // begins[r]: the stretches' first positions, n >= 1 positions each, none crossing a
+  // segment's end. heads: which stretches start a segment, and its physical index. carries:
+  // the carries in (read only for stretches that start no segment), then each stretch's last
+  // inclusive value.
   static constexpr int kInterleave = 4;
   struct Heads {
     bool starts[kInterleave];
@@ -152,8 +153,8 @@ struct RowScanner {
     for (int r = 0; r < kInterleave; ++r) {
       const Cursor& c = cursors[kOneRow ? 0 : r];
       const int64_t p = ppos[kOneRow ? r : 0];
-      if (!heads.starts[r]) {
-        acc[r] = carries[r];
+      if (kOneRow && !heads.starts[r]) {  // (a stretch of whole rows is a whole segment:
+        acc[r] = carries[r];                // known here, the compiler keeps acc in registers)
         advance<kWrite, kExclusive>(c, p, acc[r]);
         continue;
       }
