@@ -2,7 +2,7 @@
 //
 // A reduction problem loads elements into a monoid and writes one value per (row, segment) in
 // `store_final`; nothing is written per element (store and store_run do nothing). The CPU
-// engine folds each segment plainly (`reduce` in cpu/engine.h, taken for `kReductionOnly`);
+// engine folds each segment plainly (`reduce` in cpu/reduce_engine.h, taken for `kReductionOnly`);
 // the CUDA segment-reduce engine (cuda/engine/segment_reduce.cuh) folds pieces of each row and
 // combines the pieces' partial values for the segments that cross them. A segment
 // with no element never reaches store_final: the host fills the output with the empty result

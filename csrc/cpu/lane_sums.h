@@ -1,5 +1,5 @@
 // Sums of kRows side-by-side elements, position after position, in vector registers: the fold
-// of a masked mean over rows that sit next to each other in memory (cpu/engine.h). GCC's
+// of a masked mean over rows that sit next to each other in memory (cpu/reduce_engine.h). GCC's
 // vector extensions of 16 bytes (a register of the baseline x86-64 the extension builds for,
 // and of ARM's NEON), since the compiler left the plain loop scalar: bfloat16 widened by a
 // shift of each lane, float widened to double by a vector conversion.
