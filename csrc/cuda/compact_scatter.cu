@@ -16,27 +16,6 @@ namespace {
 constexpr int kFillThreads = 256;
 constexpr int64_t kMaxFillBlocks = 4096;  // grid-stride beyond this
 
-// Launches `kernel` as a programmatic dependent of the kernel before it in the stream where the
-// device has it (sm_90 and later): it may start while that one finishes, and waits for it
-// (griddepcontrol.wait) where it reads its results. Captured into CUDA graphs as such.
-template <class... Params, class... Args>
-void launch_after(void (*kernel)(Params...), unsigned blocks, unsigned threads, const LaunchContext& ctx,
-                  Args&&... args) {
-  int device = 0, major = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(threads);
-  config.stream = ctx.stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = major >= 9 ? 1 : 0;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
 // The passes of engine/select.cuh: the count and the block slots (unless `counted`: the plan
 // already holds them for this mask), then the scatter, only when values or positions are wanted,
 // which also fills the slots past the count when `fill` is given.

@@ -28,6 +28,7 @@
 #include "../../core/compact_problems.h"
 #include "../../core/vector_io.h"
 #include "block.cuh"
+#include "dependent_launch.cuh"
 #include "policy.cuh"
 
 namespace parprims::cuda {
@@ -90,21 +91,6 @@ struct SelectPlan {
   }
   __device__ __forceinline__ int64_t count(int64_t n) const { return block_slots[count_blocks(n)]; }
 };
-
-// Programmatic dependent launch (sm_90; no-ops before): a kernel lets the next kernel of the
-// stream start while it runs, and that kernel waits for it (complete, its writes visible) only
-// where it reads what it wrote. The scatter issues its element loads before waiting for the
-// plan, so they overlap the end of the count and the block-slots pass.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
 // 1 in the low bit of every byte of `w` that is not zero.
 __device__ __forceinline__ uint32_t nonzero_bytes(uint32_t w) {
