@@ -81,7 +81,7 @@ def reductions(dev):
     # Random short sequences, one long one, and empty ones at the end (offsets clamped to n).
     lengths = torch.randint(0, 40, (300,)).tolist() + [5000] + torch.randint(0, 9, (300,)).tolist()
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist(), n], device=dev).clamp(max=n)
-    # Long sequences on average (the warp pass), one longer than a piece of 8192 (the piece warps).
+    # Long sequences on average (the stream pass), one over several pieces (4096 here).
     warp_offsets = torch.tensor([0, 9000, 9000, 9300, 10800, 10817, n], device=dev)
     for op in ("sum", "mean", "max", "logsumexp"):
         for x in (torch.randn(n, device=dev), torch.randn(3, n, device=dev), torch.randn(2, 2 * n, device=dev)[:, ::2],

@@ -243,28 +243,45 @@ def test_segment_reduce_tile_edges(op, dtype, layout, size, device):
 
 
 def _piece_edge_lengths():
-    """Sequence lengths around the CUDA warp pass's pieces (8192 positions; a sequence longer
-    than a piece is folded piece by piece): one exactly a piece long (folded whole), one a
-    position longer starting on a piece edge, a long one starting inside a piece over three
-    edges, a second long one starting where it ends inside a piece (a head and a tail in one
-    piece), an empty one, a short one ending on an edge, one of exactly three pieces on edges,
-    and a short last one."""
+    """Sequence lengths around the pieces of the CUDA stream pass (at these sizes 4096 positions,
+    and any piece is a multiple of 2048; a warp streams a piece in rounds of 256 or 512
+    positions): one exactly two pieces long, one a position longer starting on a piece edge, a
+    long one starting inside a piece over several edges, a second long one starting where it
+    ends inside a piece (a head and a tail in one piece), an empty one, a short one ending on an
+    edge, one of exactly six pieces on edges, and a short last one."""
     return [8192, 8193, 15, 20000, 8193, 0, 4559, 3 * 8192, 101]
 
 
-@pytest.mark.parametrize("layout", ("flat", "rows", "unaligned"))
+@pytest.mark.parametrize("layout", ("flat", "rows", "step", "unaligned"))
 @pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("mean", torch.float32),
                                        ("logsumexp", torch.float32), ("sum", torch.bfloat16), ("prod", torch.float64),
                                        ("min", torch.int64)))
 def test_segment_reduce_piece_edges(op, dtype, layout, device):
-    """Long sequences on average (the CUDA warp pass: a warp per sequence, pieces for those
-    longer than a piece) with sequences on and next to the piece edges (_piece_edge_lengths):
-    one row, three rows, and a view one element into its buffer (no 16-byte loads). Equal to
-    the reference, and the same bits on a second call."""
+    """Long sequences on average (the CUDA stream pass: a warp a piece, the sequences that cross
+    pieces combined by the fix-up) with sequences on and next to the piece edges
+    (_piece_edge_lengths): one row, three rows (rows after the first not 16-byte aligned: a
+    prologue before each piece's aligned words), every other element (element loads) and a view
+    one element into its buffer. Equal to the reference, and the same bits on a second call."""
     lengths = _piece_edge_lengths()
     n = sum(lengths)
     offsets = make_offsets(lengths, device=device)
     _check_rows_in_layout(op, dtype, layout, n, offsets, device)
+
+
+@pytest.mark.parametrize("layout", ("flat", "step"))
+@pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("mean", torch.float32),
+                                       ("logsumexp", torch.float32), ("sum", torch.bfloat16)))
+def test_segment_reduce_many_ends_in_a_piece(op, dtype, layout, device):
+    """Long sequences on average (the CUDA stream pass) with a stretch of 200 sequences of 0-8
+    positions inside one piece, and 100 of up to 300 after it: a warp finds the ends of 32
+    sequences at a time, so a piece holding more ends reads the next 32 in mid-stream, and a
+    round (256-512 positions) holds many ends. Equal to the reference, and the same bits on a
+    second call."""
+    g = torch.Generator().manual_seed(23)
+    lengths = ([20000] + torch.randint(0, 9, (200,), generator=g).tolist() + [30000]
+               + torch.randint(0, 301, (100,), generator=g).tolist() + [5000])
+    offsets = make_offsets(lengths, device=device)
+    _check_rows_in_layout(op, dtype, layout, sum(lengths), offsets, device)
 
 
 def test_segment_reduce_long_mean_count_is_exact(device):
@@ -395,9 +412,14 @@ def test_ops_capture_in_cuda_graphs(device):
     x = torch.randn(5000, 4, device=device)
     offsets = make_offsets([1000, 0, 3000, 1000], dtype=torch.int32, device=device)
     mask = torch.rand(5000, 4, device=device) > 0.3
+    # Long sequences in a 1-D tensor: the stream pass and its fix-up, launched as dependents.
+    long_x = torch.randn(200_000, device=device)
+    long_offsets = make_offsets([70_000, 0, 80_000, 50_000], dtype=torch.int64, device=device)
     calls = {
         "segment_reduce": (lambda: pp.segment_reduce(x, offsets, "logsumexp"),
                            lambda: ref.segment_reduce(x.cpu(), offsets.cpu(), "logsumexp")),
+        "segment_reduce, long sequences": (lambda: pp.segment_reduce(long_x, long_offsets, "mean"),
+                                           lambda: ref.segment_reduce(long_x.cpu(), long_offsets.cpu(), "mean")),
         "reduce": (lambda: pp.reduce(x, 0, "mean", mask), lambda: ref.reduce(x.cpu(), 0, "mean", mask.cpu())),
         "histogram": (lambda: pp.histogram(x[:, 0], 64, (-2.0, 2.0), offsets=offsets),
                       lambda: ref.histogram(x[:, 0].cpu(), 64, (-2.0, 2.0), offsets=offsets.cpu())),

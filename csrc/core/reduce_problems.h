@@ -88,10 +88,22 @@ struct ReduceProblem : ProblemBase<M> {
     if (mask != nullptr && !mask[first.mask + pos * mask_rows.stride_len]) return nullptr;
     return in + first.in + pos * in_rows.stride_len;
   }
+  // The row's elements as one array (no mask, unit stride), which a kernel may then read
+  // directly, and how an element read so enters the monoid; null when they are not.
+  using Input = In;
+  PP_HD bool rows_contiguous() const { return mask == nullptr && in_rows.stride_len == 1; }
+  PP_HD const In* contiguous_row(const Cursor& c) const { return rows_contiguous() ? in + c.in : nullptr; }
+  PP_HD Value element(const In& x) const { return Traits::element(x); }
   // Only segment totals are written.
   PP_HD void store(const Cursor&, int64_t, const Value&) const {}
   PP_HD void store_final(int64_t row, int64_t segment, const Value& v) const {
-    out[out_rows.row_offset(row) + segment * out_rows.stride_len] = static_cast<Out>(Traits::result(v));
+    store_final_in_row(final_row(row), segment, v);
+  }
+  // The same in two steps, for a kernel that writes many segments of one row: the row's
+  // outputs (a decomposition of the row index, divisions) found once.
+  PP_HD int64_t final_row(int64_t row) const { return out_rows.row_offset(row); }
+  PP_HD void store_final_in_row(int64_t final_row, int64_t segment, const Value& v) const {
+    out[final_row + segment * out_rows.stride_len] = static_cast<Out>(Traits::result(v));
   }
 
   template <int N>

@@ -20,7 +20,9 @@
 //    kItems consecutive positions loaded first (wide loads when contiguous), so that many
 //    blocks per SM keep their loads in flight; a block scan of (fold, segment-start) pairs
 //    hands each thread the part of its first segment that earlier threads hold.
-//  * rows of long sequences (segment_reduce_warps.cuh): a warp per sequence.
+//  * rows of long sequences (segment_reduce_stream.cuh): a warp streams a piece of about one
+//    resident warp's share of the input in 16-byte loads, two rounds in flight, and folds
+//    without a test per position until a sequence ends.
 //  * columns: when the reduced dimension is strided and neighbouring rows are neighbours in
 //    memory (`(T, F)` along T, a padded `(B, T, D)` batch along T), each thread walks a chunk of
 //    one row and neighbouring threads take neighbouring rows, so every load is coalesced and
@@ -35,10 +37,11 @@
 #include "../../core/scan_geometry.h"
 #include "warp.cuh"
 #include "../launch_context.h"
+#include "dependent_launch.cuh"
 #include "engine.cuh"  // wide_access_disabled
 #include "segment_reduce_pieces.cuh"
 #include "segment_reduce_tiles.cuh"
-#include "segment_reduce_warps.cuh"
+#include "segment_reduce_stream.cuh"
 
 namespace parprims::cuda {
 
@@ -46,6 +49,7 @@ template <class P>
 __global__ void __launch_bounds__(256)
     segment_reduce_columns_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
                                   const PieceSegments segments, int64_t chunks) {
+  if (chunks > 1) allow_dependent_launch();  // the fix-up follows (see allow_dependent_launch)
   using M = typename P::Monoid;
   using Value = typename P::Value;
   constexpr int kUnroll = 8;  // loads in flight per thread
@@ -89,15 +93,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The segments that cross pieces, from their partials, in order (only those longer than
-// `min_length`: the warp pass folds the shorter ones whole): one thread per (row, segment),
+// The segments that cross pieces, from their partials, in order: one thread per (row, segment),
 // rows fastest (neighbouring threads share the segment's offsets and read neighbouring partials
 // in the column layout), folding head[c0+1 .. c1] itself when the segment spans few pieces; the
-// rare segment that spans more (one huge sequence) is folded by the whole warp.
+// rare segment that spans more (one huge sequence) is folded by the whole warp. Launched as a
+// dependent of the pass (launch_fixup), it reads the offsets while the pass finishes.
 template <class P>
 __global__ void __launch_bounds__(256)
-    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
-                                int64_t min_length) {
+    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
   constexpr int64_t kSerialSpan = 32;
@@ -114,11 +117,12 @@ __global__ void __launch_bounds__(256)
       // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
       int64_t lo, hi;
       clamped_bounds(g, segment, lo, hi);
-      if (hi - lo > min_length) {  // an empty segment has the empty result the host wrote
+      if (hi > lo) {  // an empty segment has the empty result the host wrote
         c0 = lo / parts.chunk_length;
         c1 = (hi - 1) / parts.chunk_length;
       }
     }
+    wait_for_prerequisite_grid();  // the pass's partials (the offsets above overlap its end)
     const bool warp_folds = c1 - c0 > kSerialSpan;
     if (c1 > c0 && !warp_folds) {  // c0 == c1: written by the pass
       Value acc = parts.tail[parts.at(row, c0)];
@@ -174,37 +178,57 @@ struct SegmentReduceEngine {
     return 2 * g.len >= int64_t{Policy::kThreads} * Policy::kItems ? Policy::kThreads : 32;
   }
 
-  // Rows whose sequences are this long on average (positions) take the warp pass.
-  static constexpr int64_t kWarpPassMinAverage = 128;
-
-  // segment_reduce_warps.cuh: a warp per sequence, pieces for the long ones, then the fix-up of
-  // the long ones.
+  // The fix-up of the segments that cross pieces, a dependent launch of the pass before it.
   template <class P>
-  void run_warp_pass(const P& problem, const ScanGeometry& g) const {
-    using Value = typename P::Value;
-    using Policy = SegmentWarpsPolicy;
+  void launch_fixup(const P& problem, const ScanGeometry& g, const PiecePartials<typename P::Value>& parts) const {
     constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernel loops over what is left
-    const int64_t pieces = (g.len + Policy::kPieceLength - 1) / Policy::kPieceLength;
+    const int64_t items = g.rows * g.num_segments();
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((items + 255) / 256, kMaxBlocks));
+    launch_after(segment_reduce_fixup_kernel<P>, blocks, 256, ctx, problem, g, parts);
+  }
+
+  // Rows whose sequences are this long on average (positions) take the stream pass, unless the
+  // combine is costly: the stream pass inlines its fold many times over (two rounds in flight,
+  // the fast and the split fold), which for logsumexp's exp and log1p cost registers and
+  // instruction cache (1.04 ms against the tile pass's 0.29 on the random-length row).
+  static constexpr int64_t kStreamPassMinAverage = 128;
+  template <class M>
+  static bool takes_stream_pass(const ScanGeometry& g, bool columns) {
+    return !kCostlyCombine<M> && !columns && g.segments.offsets != nullptr &&
+           g.len >= kStreamPassMinAverage * g.num_segments();
+  }
+
+  // segment_reduce_stream.cuh: a warp streams each piece of about one resident warp's share of
+  // the input, then the fix-up of the sequences that cross pieces.
+  template <class P>
+  void run_stream_pass(const P& problem, const ScanGeometry& g) const {
+    using Value = typename P::Value;
+    using Policy = SegmentStreamPolicy;
+    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernel loops over what is left
+    const int64_t resident_warps = int64_t{ctx.sm_count} * Policy::kMinBlocksPerSM * (Policy::kThreads / 32);
+    const int64_t share = (g.rows * g.len + resident_warps - 1) / resident_warps;
+    const int64_t quanta = std::max((share + Policy::kPieceQuantum - 1) / Policy::kPieceQuantum, Policy::kMinQuantaPerPiece);
+    const int64_t piece_length = std::min(quanta * Policy::kPieceQuantum, Policy::kMaxPieceLength);
+    const int64_t pieces = (g.len + piece_length - 1) / piece_length;
     PiecePartials<Value> parts;
     parts.head = static_cast<Value*>(ctx.workspace->allocate(2 * g.rows * pieces * sizeof(Value)));
     parts.tail = parts.head + g.rows * pieces;
     parts.row_step = pieces;
     parts.chunk_step = 1;
-    parts.chunk_length = Policy::kPieceLength;
-    const int64_t warps = g.rows * (pieces + g.num_segments());
+    parts.chunk_length = piece_length;
     constexpr int64_t kWarpsPerBlock = Policy::kThreads / 32;
-    const int64_t blocks = std::min<int64_t>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
-    segment_reduce_warps_kernel<P, PiecePartials<Value>><<<static_cast<unsigned>(blocks), Policy::kThreads, 0,
-                                                           ctx.stream>>>(problem, g, parts, pieces,
-                                                                         !wide_access_disabled());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (pieces > 1) {
-      const int64_t items = g.rows * g.num_segments();
-      const int64_t fixup_blocks = std::min<int64_t>((items + 255) / 256, kMaxBlocks);
-      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(fixup_blocks), 256, 0, ctx.stream>>>(
-          problem, g, parts, Policy::kPieceLength);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const int64_t blocks = std::min<int64_t>((g.rows * pieces + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
+    // Words of 16 bytes hold whole elements of every type that reductions read.
+    static_assert(16 % sizeof(typename P::Input) == 0, "segment reduction: an element size that does not divide 16");
+    const auto launch = [&](auto kernel) {
+      launch_after(kernel, static_cast<unsigned>(blocks), Policy::kThreads, ctx, problem, g, parts, pieces, piece_length);
+    };
+    if (problem.rows_contiguous() && !wide_access_disabled()) {
+      launch(segment_reduce_stream_kernel<P, PiecePartials<Value>, true>);
+    } else {
+      launch(segment_reduce_stream_kernel<P, PiecePartials<Value>, false>);
     }
+    if (pieces > 1) launch_fixup(problem, g, parts);
   }
 
   template <class P>
@@ -214,9 +238,7 @@ struct SegmentReduceEngine {
     if (g.rows == 0 || g.len == 0) return;
     const cudaStream_t stream = ctx.stream;
     const bool columns = layout.rows_adjacent && g.rows > 1;
-    if (!columns && g.segments.offsets != nullptr && g.len >= kWarpPassMinAverage * g.num_segments()) {
-      return run_warp_pass(problem, g);
-    }
+    if (takes_stream_pass<typename P::Monoid>(g, columns)) return run_stream_pass(problem, g);
     using Policy = SegmentReducePolicy<Value>;
     const int row_tile_threads = tile_threads<Value>(g);
     const int64_t chunk_length = columns ? column_chunk_length(g) : int64_t{row_tile_threads} * Policy::kItems;
@@ -260,12 +282,7 @@ struct SegmentReduceEngine {
       }
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (chunks > 1) {
-      const int64_t items = g.rows * g.num_segments();
-      const int64_t blocks = std::min<int64_t>((items + 255) / 256, kMaxBlocks);
-      segment_reduce_fixup_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts, 0);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    if (chunks > 1) launch_fixup(problem, g, parts);
   }
 };
 

@@ -1,8 +1,10 @@
 // The tile pass of the segment reductions (segment_reduce.cuh): a block (or, for short rows, a
 // warp) folds one tile of consecutive positions of a row, for rows whose sequences are short on
-// average (longer ones go to the warp pass, segment_reduce_warps.cuh).
+// average (longer ones go to the stream pass, segment_reduce_stream.cuh, unless the combine is
+// costly).
 #pragma once
 
+#include "dependent_launch.cuh"
 #include "segment_reduce_pieces.cuh"
 #include "warp.cuh"
 
@@ -62,6 +64,7 @@ __global__ void __launch_bounds__(SegmentReducePolicy<typename P::Value>::kThrea
                                   SegmentReducePolicy<typename P::Value>::kMinBlocksPerSM)
     segment_reduce_rows_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
                                const PieceSegments segments, int64_t chunks, int64_t pieces, bool wide) {
+  if (chunks > 1) allow_dependent_launch();  // the fix-up follows (see allow_dependent_launch)
   using M = typename P::Monoid;
   using Value = typename P::Value;
   using Carry = RunCarry<M>;
