@@ -18,6 +18,9 @@
 // or two rounds of loads, the tree) with little in flight between them, and a block retires
 // with its longest sequence; that pass kept DRAM about half busy (benchmarks/NOTES.md). Here a
 // warp has its loads in flight from the start of its piece to its end.
+//
+// Measured (benchmarks/NOTES.md, H200): the sum of 2^26 float32 in 65536 random-length
+// sequences in 0.075 ms, 0.84 of the copy bandwidth (the warp pass: 0.54); max 0.78.
 #pragma once
 
 #include <cstring>
@@ -207,9 +210,9 @@ struct StreamPiece {
     return v;
   }
 
-  // The round's values combined as a tree (kCount is a power of two): its depth, not kCount,
-  // is the chain of dependent combines, and a warp that folds sooner issues its next loads
-  // sooner (max's NaN-aware combine is four dependent instructions: 64 a round in a chain).
+  // The round's values combined as a tree (kCount is a power of two): a float sum's rounding
+  // error grows with the tree's depth (4), not with the values (16). Measured no faster than the
+  // chain of combines (max's NaN-aware combine, four dependent instructions, is not the limit).
   template <int kWidth>
   static __device__ __forceinline__ void combine_halves(Value* v) {
 #pragma unroll
