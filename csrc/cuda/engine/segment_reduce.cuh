@@ -161,6 +161,8 @@ __global__ void __launch_bounds__(256)
 struct SegmentReduceEngine {
   static constexpr bool kIsCuda = true;  // selects the accumulate type (host/scan_dispatch.h)
   LaunchContext ctx;                     // the caller's device is current
+  // Grids stop growing here: every kernel of the engine loops over what is left.
+  static constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
   // Positions per thread of the column pass: enough threads to fill the GPU about eight times
   // over, at least 16 positions each so that the fix-up stays small.
@@ -181,7 +183,6 @@ struct SegmentReduceEngine {
   // The fix-up of the segments that cross pieces, a dependent launch of the pass before it.
   template <class P>
   void launch_fixup(const P& problem, const ScanGeometry& g, const PiecePartials<typename P::Value>& parts) const {
-    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernel loops over what is left
     const int64_t items = g.rows * g.num_segments();
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((items + 255) / 256, kMaxBlocks));
     launch_after(segment_reduce_fixup_kernel<P>, blocks, 256, ctx, problem, g, parts);
@@ -204,7 +205,6 @@ struct SegmentReduceEngine {
   void run_stream_pass(const P& problem, const ScanGeometry& g) const {
     using Value = typename P::Value;
     using Policy = SegmentStreamPolicy;
-    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernel loops over what is left
     const int64_t resident_warps = int64_t{ctx.sm_count} * Policy::kMinBlocksPerSM * (Policy::kThreads / 32);
     const int64_t share = (g.rows * g.len + resident_warps - 1) / resident_warps;
     const int64_t quanta = std::max((share + Policy::kPieceQuantum - 1) / Policy::kPieceQuantum, Policy::kMinQuantaPerPiece);
@@ -258,7 +258,6 @@ struct SegmentReduceEngine {
     parts.head = static_cast<Value*>(partials);
     parts.tail = parts.head + pieces;
     parts.chunk_length = chunk_length;
-    constexpr int64_t kMaxBlocks = int64_t(1) << 20;  // the kernels loop over what is left
     if (columns) {
       parts.row_step = 1;
       parts.chunk_step = g.rows;
