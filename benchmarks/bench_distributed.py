@@ -13,7 +13,8 @@ Cases (``--ops``, both by default):
 * ``affine``: ``(B, C, T) = (1, 2048, 2^22)`` float32 along the last dim (each of a, b, h is
   32 GiB whole; ``--quick``: ``(1, 8, 2^12)``), gates in [0.9, 1); for comparison also the
   forward of the other scheme, a send/recv chain of states from rank to rank
-  (``chain_affine_scan``).
+  (``chain_affine_scan``); ``affine-pipeline``: the same with ``schedule="pipeline"`` (8 groups
+  of channels).
 * ``selective``: ``(batch, dim, L, N) = (1, 2048, 2^18, 16)`` float32, variable B and C
   (``--quick``: ``(1, 8, 2^12, 4)``); ``selective-pipeline``: the same with
   ``schedule="pipeline"`` (8 groups of channels).
@@ -136,6 +137,11 @@ def selective_inputs(shape, start, stop, device):
 OPS = {
     "affine": dict(shape=(1, 2048, 1 << 22), quick=(1, 8, 1 << 12), length_at=2, inputs=affine_inputs,
                    local=lambda x: pp.affine_scan(*x), split=lambda x: pp.distributed.affine_scan(*x), timed=(0, 1)),
+    # The pipeline schedule: each slice read once, in groups of channels whose scans write into
+    # the output in place.
+    "affine-pipeline": dict(shape=(1, 2048, 1 << 22), quick=(1, 8, 1 << 12), length_at=2, inputs=affine_inputs,
+                            local=lambda x: pp.affine_scan(*x),
+                            split=lambda x: pp.distributed.affine_scan(*x, schedule="pipeline"), timed=(0, 1)),
     "selective": dict(shape=(1, 2048, 1 << 18, 16), quick=(1, 8, 1 << 12, 4), length_at=2, inputs=selective_inputs,
                       local=lambda x: pp.selective_scan(*x), split=lambda x: pp.distributed.selective_scan(*x),
                       timed=(0, 1, 3, 4)),

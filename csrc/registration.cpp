@@ -28,6 +28,12 @@ TORCH_LIBRARY(parprims, m) {
   // output h: (grad_a in h's shape, grad_b, grad_initial_state).
   m.def("_affine_scan_backward(Tensor a, Tensor h, Tensor grad_h, Tensor? grad_final, "
         "Tensor? initial_state, int dim, bool reverse, bool log_gates) -> (Tensor, Tensor, Tensor)");
+  // The same two writing into the caller's tensors (views of larger ones: the sequence-parallel
+  // pipeline's channel groups), returning final_state and grad_initial_state.
+  m.def("_affine_scan_into(Tensor a, Tensor b, int dim, Tensor? initial_state, Tensor? offsets, bool reverse, "
+        "bool log_gates, Tensor(a!) h) -> Tensor");
+  m.def("_affine_scan_backward_into(Tensor a, Tensor h, Tensor grad_h, Tensor? grad_final, Tensor? initial_state, "
+        "int dim, bool reverse, bool log_gates, Tensor(a!) grad_a, Tensor(b!) grad_b) -> Tensor");
   // `dim` indexes b including its last (state) dimension, which it may not name: the default
   // -2 is the L of b (..., L, d).
   m.def("matrix_affine_scan(Tensor A, Tensor b, int dim=-2, Tensor? initial_state=None, "

@@ -361,6 +361,77 @@ def test_one_scan_backward_opcheck(device):
     torch.library.opcheck(_ops._affine_scan_backward.default, args, test_utils=OPCHECK_UTILS_NO_AUTOGRAD)
 
 
+# ---- the _into forms: writing into rows of a larger tensor (the sequence-parallel pipeline) -------
+
+INTO_SAMPLES = [
+    AffineSample((6, 5, 45), -1, "x1x", torch.float32, "state"),
+    AffineSample((6, 5, 45), -1, None, torch.bfloat16, "input", reverse=True, log_gates=True),
+    AffineSample((6, 300, 5), 1, None, torch.complex64, "state", reverse=True),
+    AffineSample((6, 5, 45), -1, None, torch.float64, "state", lengths="leading_trailing_empty"),
+]
+
+
+def _rows_of_poisoned(like: torch.Tensor, axis: int, lo: int) -> tuple:
+    """A tensor of ``like``'s dtype, three rows longer along ``axis`` and filled with NaN, and the
+    view of it that ``like``'s shape covers from row ``lo``."""
+    shape = list(like.shape)
+    shape[axis] += 3
+    whole = torch.full(shape, float("nan"), dtype=like.dtype, device=like.device)
+    return whole, whole.narrow(axis, lo, like.shape[axis])
+
+
+@pytest.mark.parametrize("s", INTO_SAMPLES, ids=str)
+def test_affine_scan_into_writes_the_rows_it_is_given(s, device):
+    """The forward and the one-scan backward written into a view (rows 1.. of a NaN-filled
+    tensor) equal the allocating ops bit for bit and leave the other rows alone."""
+    a, b, h0, offsets = s.make(device)
+    axis = 0
+    h, final = s.run(a, b, h0, offsets)
+    whole, h_rows = _rows_of_poisoned(b, axis, 1)
+    final_into = _ops._affine_scan_into(a, b, s.dim, h0, offsets, s.reverse, s.log_gates, h_rows)
+    assert torch.equal(h_rows, h) and torch.equal(final_into, final)
+    assert whole.narrow(axis, 0, 1).isnan().all() and whole.narrow(axis, 1 + b.shape[axis], 2).isnan().all()
+    if offsets is not None:
+        return  # the one-scan backward takes rows without packed sequences
+    wh, wf = grad_weights(h), grad_weights(final)
+    ga, gb, g0 = _ops._affine_scan_backward(a, h, wh, wf, h0, s.dim, s.reverse, s.log_gates)
+    whole_a, ga_rows = _rows_of_poisoned(h, axis, 2)
+    whole_b, gb_rows = _rows_of_poisoned(h, axis, 0)
+    g0_into = _ops._affine_scan_backward_into(a, h, wh, wf, h0, s.dim, s.reverse, s.log_gates, ga_rows, gb_rows)
+    assert torch.equal(ga_rows, ga) and torch.equal(gb_rows, gb) and torch.equal(g0_into, g0)
+    assert whole_a.narrow(axis, 0, 2).isnan().all() and whole_b.narrow(axis, b.shape[axis], 3).isnan().all()
+
+
+def test_affine_scan_into_rejects_bad_outputs(device):
+    a, b = torch.rand(4, 9, device=device), torch.randn(4, 9, device=device)
+    h, final = _ops.affine_scan(a, b, -1, None, None, False, False)
+    into = lambda out: _ops._affine_scan_into(a, b, -1, None, None, False, False, out)  # noqa: E731
+    with pytest.raises(RuntimeError, match=r"h: expected shape \[4, 9\]"):
+        into(torch.empty(4, 8, device=device))
+    with pytest.raises(RuntimeError, match="h: expected dtype torch.float32, got torch.float64"):
+        into(torch.empty(4, 9, dtype=torch.float64, device=device))
+    with pytest.raises(RuntimeError, match="h: written in place.*overlap"):
+        into(torch.empty(1, 9, device=device).expand(4, 9))
+    with pytest.raises(RuntimeError, match="h: written while the op reads its inputs"):
+        into(b)
+    grads = lambda ga, gb: _ops._affine_scan_backward_into(a, h, b, None, None, -1, False, False, ga, gb)  # noqa: E731
+    with pytest.raises(RuntimeError, match="grad_a: expected dtype"):
+        grads(torch.empty(4, 9, dtype=torch.float64, device=device), torch.empty(4, 9, device=device))
+    with pytest.raises(RuntimeError, match="grad_b: written while the op reads its inputs"):
+        buffer = torch.empty(4, 9, device=device)
+        grads(buffer, buffer)
+
+
+def test_affine_scan_into_opcheck(device):
+    s = AffineSample((2, 3, 33), -1, "x1x", torch.float64, "state", None, True, True)
+    a, b, h0, _ = s.make(device)
+    h, f = s.run(a, b, h0, None)
+    opcheck = lambda op, args: torch.library.opcheck(op, args, test_utils=OPCHECK_UTILS_NO_AUTOGRAD)  # noqa: E731
+    opcheck(_ops._affine_scan_into.default, (a, b, -1, h0, None, True, True, torch.empty_like(b)))
+    args = (a, h, grad_weights(h), grad_weights(f), h0, -1, True, True, torch.empty_like(h), torch.empty_like(h))
+    opcheck(_ops._affine_scan_backward_into.default, args)
+
+
 # ---- opcheck and torch.compile -------------------------------------------------------------------
 
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if not s.slow and _small(s)], "check"))

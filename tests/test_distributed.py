@@ -7,7 +7,7 @@ worker, and torch.multiprocessing.spawn re-raises it here with the worker's trac
 """
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 import pytest
@@ -29,6 +29,7 @@ class Case:
     log_gates: bool = False
     loss: str = "both"  # both | h (final_state unused) | final (h unused)
     seqs: Optional[Tuple[int, ...]] = None  # packed sequences (their lengths), crossing the ranks' slices
+    schedule: str = "all_gather"  # or "pipeline" (rows in groups of 2 along the largest other dim)
 
     @property
     def offsets(self):
@@ -52,7 +53,7 @@ def _cases(world):
         packed = [(splits[0], (2, 10, 0, 13)), (splits[1], (4, 4)), (splits[3], (0, 22, 0))]
     s0, s1, s2, s3 = splits
     (p0, q0), (p1, q1), (p2, q2) = packed
-    return [
+    every = [
         Case(p0, seqs=q0, init=True),
         Case(p1, seqs=q1, init=True, reverse=True, log_gates=True),
         Case(p2, seqs=q2, shape=(2, None, 3), init=True, reverse=True),
@@ -73,6 +74,9 @@ def _cases(world):
         # Half inputs: float32 states, an initial state in the input dtype; bfloat16 rounding.
         Case(s3, dtype=torch.bfloat16, init=True, reverse=True),
     ]
+    # Every case again on the pipeline schedule (the same answers; groups of rows cut along the
+    # state's dims too, packed states leading with the sequence index).
+    return every + [replace(case, schedule="pipeline") for case in every]
 
 
 def _full_inputs(case: Case, device):
@@ -148,7 +152,8 @@ def _check_case(case: Case, rank: int, world: int, device):
     if case.seqs is not None:
         local_offsets = pp.distributed.local_cu_seqlens(offsets, sum(case.lengths[:rank]), case.lengths[rank])
     h, final = pp.distributed.affine_scan(part[0], part[1], dim, part[2], reverse=case.reverse,
-                                          log_gates=case.log_gates, cu_seqlens=local_offsets)
+                                          log_gates=case.log_gates, cu_seqlens=local_offsets,
+                                          schedule=case.schedule, pipeline_chunks=2)
     _loss(case, h, final, _time_slice(weight_h, case, rank), weight_final[rank]).backward()
 
     # The carry crosses ranks in the state dtype (float32 for half inputs), as it crosses

@@ -7,7 +7,9 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._collectives import chain_neighbours, global_rank, recv, send, wait_all
 from .distributed import _SELECTIVE_INPUTS, _ScanSpec, _grad_leaf, _run_selective
+
 
 def _channel_cuts(dim: int, chunks: int, B: torch.Tensor, C: torch.Tensor):
     """Channel boundaries [0, ..., dim] of the pipeline's groups: up to ``chunks`` near-equal
@@ -47,19 +49,6 @@ def _piece(name: str, x, lo: int, hi: int, dim: int):
     return x.narrow(axis, lo, hi - lo)
 
 
-def _global_rank(group, rank: int) -> int:
-    import torch.distributed as dist
-
-    return rank if group is None else dist.get_global_rank(group, rank)
-
-
-def _neighbours(spec: _ScanSpec):
-    """The global ranks of the group ranks before and after this one (None at the ends)."""
-    previous = _global_rank(spec.group, spec.rank - 1) if spec.rank > 0 else None
-    following = _global_rank(spec.group, spec.rank + 1) if spec.rank + 1 < spec.world else None
-    return previous, following
-
-
 class PipelinedSelectiveScan(torch.autograd.Function):
     """The pipeline schedule of :func:`selective_scan`: per group of channels, receive the state
     entering this rank's slice, scan, send the state leaving it. The autograd graph of each
@@ -77,29 +66,26 @@ class PipelinedSelectiveScan(torch.autograd.Function):
         rows = spec.cu_seqlens.numel() - 1 if spec.cu_seqlens is not None else u.shape[0]
         state_dtype = torch.float64 if u.dtype == torch.float64 else torch.float32
         first, last = spec.rank == 0, spec.rank == spec.world - 1
-        previous, following = _neighbours(spec)
+        previous, following = chain_neighbours(spec.group, spec.rank, spec.world)
         cuts = _channel_cuts(dim, chunks, args["B"], args["C"])
         pieces, outs, lasts, sends = [], [], [], []
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             leaves = {name: _grad_leaf(_piece(name, x, lo, hi, dim), needs[name]) for name, x in args.items()}
             entering = leaves["initial_state"]  # rank 0 reads it; the others the state received
             if not first:
-                received = torch.empty((rows, hi - lo, states), dtype=state_dtype, device=u.device)
-                dist.irecv(received, src=previous, group=spec.group).wait()
+                received = recv((rows, hi - lo, states), state_dtype, u.device, previous, spec.group)
                 entering = received.requires_grad_(any(ctx.needs_input_grad))
             with torch.enable_grad():
                 out, leaving = _run_selective(leaves, spec, entering)
             if not last:
-                message = leaving.detach().contiguous()
-                sends.append((dist.isend(message, dst=following, group=spec.group), message))
+                sends.append(send(leaving.detach(), following, spec.group))
             pieces.append((lo, hi, leaves, entering))
             outs.append(out)
             lasts.append(leaving)
-        for work, _ in sends:
-            work.wait()
+        wait_all(sends)
         # The state after the whole sequence is the last rank's; every rank returns it.
         last_state = torch.cat([x.detach() for x in lasts], 1)
-        dist.broadcast(last_state, src=_global_rank(spec.group, spec.world - 1), group=spec.group)
+        dist.broadcast(last_state, src=global_rank(spec.group, spec.world - 1), group=spec.group)
         ctx.spec, ctx.pieces, ctx.outs, ctx.lasts, ctx.dim = spec, pieces, outs, lasts, dim
         ctx.inputs = args  # views of them are the groups' leaves: no storage held beyond those
         return torch.cat([x.detach() for x in outs], 1), last_state
@@ -111,7 +97,7 @@ class PipelinedSelectiveScan(torch.autograd.Function):
 
         spec = ctx.spec
         first, last = spec.rank == 0, spec.rank == spec.world - 1
-        previous, following = _neighbours(spec)
+        previous, following = chain_neighbours(spec.group, spec.rank, spec.world)
         # last_state is replicated: the gradient of the one state is the sum of every rank's.
         piece = ctx.lasts[0]
         total_last = grad_last.clone() if grad_last is not None else piece.new_zeros(
@@ -123,8 +109,7 @@ class PipelinedSelectiveScan(torch.autograd.Function):
             if last:
                 seed = total_last.narrow(1, lo, hi - lo)
             else:
-                seed = torch.empty_like(leaving)
-                dist.irecv(seed, src=following, group=spec.group).wait()
+                seed = recv(leaving.shape, leaving.dtype, leaving.device, following, spec.group)
             names = [n for n, x in leaves.items() if isinstance(x, torch.Tensor) and x.requires_grad
                      and (first or n != "initial_state")]  # read on rank 0 only
             wrt = [leaves[n] for n in names]
@@ -134,12 +119,11 @@ class PipelinedSelectiveScan(torch.autograd.Function):
             grads = list(torch.autograd.grad([out, leaving], wrt, seeds, allow_unused=True)) if wrt else []
             if not first:
                 grad_entering = grads.pop() if entering.requires_grad else None
-                message = (torch.zeros_like(leaving) if grad_entering is None else grad_entering).contiguous()
-                sends.append((dist.isend(message, dst=previous, group=spec.group), message))
+                message = torch.zeros_like(leaving) if grad_entering is None else grad_entering
+                sends.append(send(message, previous, spec.group))
             for name, g in zip(names, grads):
                 parts[name].append((lo, hi, g))
-        for work, _ in sends:
-            work.wait()
+        wait_all(sends)
         grads = [_merge(name, parts[name], ctx.inputs[name], ctx.dim) if parts[name] else None
                  for name in _SELECTIVE_INPUTS]
         return (None, None, *grads)

@@ -34,6 +34,8 @@ def affine_scan(
     log_gates: bool = False,
     *,
     cu_seqlens: Optional[torch.Tensor] = None,
+    schedule: str = "all_gather",
+    pipeline_chunks: int = 8,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``h_t = a_t * h_{t-1} + b_t`` along ``dim``, with the time dimension split across ``group``.
 
@@ -58,6 +60,11 @@ def affine_scan(
             :func:`local_cu_seqlens`); the same S on every rank. A sequence continues its
             state from the rank before (after, with ``reverse``); one that starts on a rank
             does not inherit the carry. States are then per sequence.
+        schedule: ``"all_gather"`` (every rank scans at once, then again from its carry; below)
+            or ``"pipeline"`` (the state passes from rank to rank, a group of rows at a time;
+            every rank reads its slice once; below).
+        pipeline_chunks: with ``schedule="pipeline"``, into how many groups the rows are cut
+            (along the largest dimension other than ``dim``; at most its size).
 
     Returns:
         ``(h, final_state)``: ``h`` shaped like this rank's ``b``; ``final_state`` (shaped like
@@ -103,6 +110,19 @@ def affine_scan(
     by the forward), and rerun the library's backward from the right gradient carry.
     No host synchronization besides the collectives themselves.
 
+    ``schedule="pipeline"`` reads every slice once instead. The rows (every dimension but
+    ``dim``) are cut into ``pipeline_chunks`` groups along the largest other dimension; rank r
+    scans a group from the state that the rank before it in the scan sends for it (the first
+    rank from ``initial_state``) and sends the group's last state on, so that while rank r scans
+    group k, the rank before it scans group k + 1 (point-to-point messages of one group's
+    states; the last rank broadcasts ``final_state``). Each group's scan writes into its rows
+    of ``h`` in place. On W ranks and k groups a slice's scan ends after about (k + W - 1) / k
+    of its own time, where the all-gather schedule reads the slice twice (up to 7/3 of it);
+    the backward runs the same pipeline from the last rank to the first, each group's
+    one-scan backward writing into its rows of the gradients. Each group is a separate call of
+    the scan on a W-th of the sequence and a k-th of the rows, so it pays when those calls
+    still fill the device.
+
     Example (``torchrun --nproc-per-node=2 example.py``)::
 
         import torch, torch.distributed as dist
@@ -120,11 +140,24 @@ def affine_scan(
     """
     import torch.distributed as dist
 
+    _check_schedule(schedule, pipeline_chunks)
     a = _args.gate(a, b)
     dim = dim % b.dim()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     offsets = None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens)
-    return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
+    if schedule == "all_gather":
+        return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
+    from ._affine_pipeline import PipelinedAffineScan
+
+    return PipelinedAffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates,
+                                     pipeline_chunks)
+
+
+def _check_schedule(schedule, pipeline_chunks) -> None:
+    if schedule not in ("all_gather", "pipeline"):
+        raise ValueError(f"schedule: expected 'all_gather' or 'pipeline', got {schedule!r}")
+    if isinstance(pipeline_chunks, bool) or not isinstance(pipeline_chunks, int) or pipeline_chunks < 1:
+        raise ValueError(f"pipeline_chunks: expected a positive int, got {pipeline_chunks!r}")
 
 
 # ---- the affine monoid over ranks -----------------------------------------------------------
@@ -334,10 +367,7 @@ def selective_scan(
 
     for name, value in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
         _args.expect_tensor(name, value)
-    if schedule not in ("all_gather", "pipeline"):
-        raise ValueError(f"schedule: expected 'all_gather' or 'pipeline', got {schedule!r}")
-    if isinstance(pipeline_chunks, bool) or not isinstance(pipeline_chunks, int) or pipeline_chunks < 1:
-        raise ValueError(f"pipeline_chunks: expected a positive int, got {pipeline_chunks!r}")
+    _check_schedule(schedule, pipeline_chunks)
     spec = _ScanSpec(group, dist.get_rank(group), dist.get_world_size(group), _args.expect_bool(
         "delta_softplus", delta_softplus), None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens))
     if schedule == "all_gather":

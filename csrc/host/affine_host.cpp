@@ -63,7 +63,7 @@ at::Tensor allocate_final(const at::Tensor& initial, const std::vector<int64_t>&
 PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim_in,
                                    const c10::optional<at::Tensor>& initial_state,
                                    const c10::optional<at::Tensor>& offsets, bool reverse,
-                                   bool log_gates, bool exclusive) {
+                                   bool log_gates, bool exclusive, const at::Tensor& h_out) {
   TORCH_CHECK(a.device() == b.device(), "a: expected a tensor on ", b.device(),
               " (b's device), got ", a.device());
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a: expected the dtype of b (",
@@ -80,7 +80,8 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
   PreparedAffine args;
   args.a = a.expand_as(b);
   args.b = b;
-  args.h = at::empty_like(b);
+  if (h_out.defined()) check_output(h_out, b, "h", {a, b, initial_state.value_or(at::Tensor())});
+  args.h = h_out.defined() ? h_out : at::empty_like(b);
   const auto sdtype = state_dtype(t);
   const auto shape = state_shape(b, dim, segment_count(offsets), offsets.has_value());
   args.initial = prepare_initial(initial_state, b, shape, sdtype);
@@ -109,7 +110,8 @@ PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int
 PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h,
                                                 const c10::optional<at::Tensor>& grad_final,
                                                 const c10::optional<at::Tensor>& initial_state, int64_t dim_in,
-                                                bool reverse, bool log_gates) {
+                                                bool reverse, bool log_gates, const at::Tensor& grad_a_out,
+                                                const at::Tensor& grad_b_out) {
   TORCH_CHECK(a.device() == h.device() && grad_h.device() == h.device(),
               "_affine_scan_backward: expected a, h and grad_h on one device");
   TORCH_CHECK(a.scalar_type() == h.scalar_type() && grad_h.scalar_type() == h.scalar_type(),
@@ -131,8 +133,13 @@ PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::T
                 at::IntArrayRef(shape), ", got ", grad_final->sizes());
     args.grad_final = grad_final->to(h.device(), sdtype).contiguous();
   }
-  args.grad_a = at::empty_like(h);
-  args.grad_b = at::empty_like(h);
+  // grad_b's buffer may not overlap grad_a's either (an undefined one is skipped).
+  const std::vector<at::Tensor> read = {a, h, grad_h, grad_final.value_or(at::Tensor()),
+                                        initial_state.value_or(at::Tensor()), grad_a_out};
+  if (grad_a_out.defined()) check_output(grad_a_out, h, "grad_a", {read.begin(), read.end() - 1});
+  if (grad_b_out.defined()) check_output(grad_b_out, h, "grad_b", read);
+  args.grad_a = grad_a_out.defined() ? grad_a_out : at::empty_like(h);
+  args.grad_b = grad_b_out.defined() ? grad_b_out : at::empty_like(h);
   // Rows of length 0 never reach the engine: their initial state's gradient is grad_final's.
   const bool empty_rows = h.size(dim) == 0;
   args.grad_initial = empty_rows ? (args.grad_final.defined() ? args.grad_final.clone()

@@ -24,10 +24,12 @@ struct PreparedAffine {
   AffineCall call;      // set when `launch`
   std::tuple<at::Tensor, at::Tensor> result() const { return {h, final_state}; }
 };
+// `h_out`: where to write h (the `_into` form: any strides, checked by check_output), or
+// undefined to allocate it like b.
 PreparedAffine prepare_affine_scan(const at::Tensor& a, const at::Tensor& b, int64_t dim,
                                    const c10::optional<at::Tensor>& initial_state,
                                    const c10::optional<at::Tensor>& offsets, bool reverse,
-                                   bool log_gates, bool exclusive);
+                                   bool log_gates, bool exclusive, const at::Tensor& h_out = at::Tensor());
 
 // The backward of affine_scan without packed sequences, in one scan (AffineGradProblem): `a`
 // expanded to h's shape, h the forward's output; grad_a in h's shape (the caller sums it to
@@ -40,10 +42,14 @@ struct PreparedAffineGrad {
   AffineGradCall call;  // set when `launch`
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result() const { return {grad_a, grad_b, grad_initial}; }
 };
+// `grad_a_out`, `grad_b_out`: where to write those two (the `_into` form), or undefined to
+// allocate them like h.
 PreparedAffineGrad prepare_affine_scan_backward(const at::Tensor& a, const at::Tensor& h, const at::Tensor& grad_h,
                                                 const c10::optional<at::Tensor>& grad_final,
                                                 const c10::optional<at::Tensor>& initial_state, int64_t dim,
-                                                bool reverse, bool log_gates);
+                                                bool reverse, bool log_gates,
+                                                const at::Tensor& grad_a_out = at::Tensor(),
+                                                const at::Tensor& grad_b_out = at::Tensor());
 
 // The matrix form: A (..., L, d, d) expanded to b's leading dims, b and h (..., L, d). `dim`
 // indexes b (all of its dims, as every op counts them) and is never its last, state dim.

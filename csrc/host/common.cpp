@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <ATen/Context.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <atomic>
 #include <cctype>
@@ -193,6 +194,22 @@ std::vector<RowIndexer> set_engine_call(EngineCall& call, const std::vector<at::
   auto rows = row_indexers(operands, dim);
   call.layout = classify_layout(rows.data(), static_cast<int>(rows.size()), geometry.len);
   return rows;
+}
+
+void check_output(const at::Tensor& out, const at::Tensor& like, const char* name,
+                  const std::vector<at::Tensor>& inputs) {
+  TORCH_CHECK(out.device() == like.device(), name, ": expected a tensor on ", like.device(), ", got ", out.device());
+  TORCH_CHECK(out.scalar_type() == like.scalar_type(), name, ": expected dtype ", dtype_name(like.scalar_type()),
+              ", got ", dtype_name(out.scalar_type()));
+  TORCH_CHECK(out.sizes() == like.sizes(), name, ": expected shape ", like.sizes(), ", got ", out.sizes());
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, name,
+              ": written in place, so its elements must not overlap in memory (an expanded tensor?)");
+  for (const auto& input : inputs) {
+    if (!input.defined()) continue;
+    const auto status = at::get_overlap_status(out, input);
+    TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, name,
+                ": written while the op reads its inputs, so it must not share memory with them");
+  }
 }
 
 }  // namespace parprims::host

@@ -54,6 +54,12 @@ void set_checks_enabled(bool on);
 ScanGeometry make_geometry(int64_t rows, int64_t len, const at::Tensor& offsets, bool exclusive,
                            bool reverse);
 
+// Checks `out`, a caller's buffer that an op's `_into` form writes (instead of allocating its
+// output like `like`): `like`'s shape, dtype and device, no element twice, and no memory shared
+// with `inputs` (the kernels read those while they write `out`).
+void check_output(const at::Tensor& out, const at::Tensor& like, const char* name,
+                  const std::vector<at::Tensor>& inputs);
+
 // Sets `call`'s geometry, its dtype (the first operand's) and the layout of `operands` (one
 // shape) scanned along `dim`; returns their row indexers, in order.
 std::vector<RowIndexer> set_engine_call(EngineCall& call, const std::vector<at::Tensor>& operands, int64_t dim,

@@ -130,7 +130,17 @@ def _affine_backward_fake(a, h, grad_h, grad_final, initial_state, dim, reverse,
     return torch.empty_like(h), torch.empty_like(h), grad_initial
 
 
+def _affine_into_fake(a, b, dim, initial_state, offsets, reverse, log_gates, h):
+    return _affine_fake(a, b, dim, initial_state, offsets)[1]
+
+
+def _affine_backward_into_fake(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates, grad_a, grad_b):
+    return _affine_backward_fake(a, h, grad_h, grad_final, initial_state, dim, reverse, log_gates)[2]
+
+
 torch.library.register_fake("parprims::affine_scan")(_affine_fake)
+torch.library.register_fake("parprims::_affine_scan_into")(_affine_into_fake)
+torch.library.register_fake("parprims::_affine_scan_backward_into")(_affine_backward_into_fake)
 torch.library.register_fake("parprims::_affine_scan_backward")(_affine_backward_fake)
 torch.library.register_fake("parprims::_affine_scan_exclusive")(_affine_fake)
 torch.library.register_fake("parprims::matrix_affine_scan")(_matrix_fake)
