@@ -13,8 +13,8 @@ Cases (``--ops``, both by default):
 * ``affine``: ``(B, C, T) = (1, 2048, 2^22)`` float32 along the last dim (each of a, b, h is
   32 GiB whole; ``--quick``: ``(1, 8, 2^12)``), gates in [0.9, 1); for comparison also the
   forward of the other scheme, a send/recv chain of states from rank to rank
-  (``chain_affine_scan``); ``affine-pipeline``: the same with ``schedule="pipeline"`` (8 groups
-  of channels).
+  (``chain_affine_scan``); ``affine-pipeline``: the same with ``schedule="pipeline"`` (groups
+  of channels: on a GPU as many as keep two channels a multiprocessor, 7 on an H200 at 2048).
 * ``selective``: ``(batch, dim, L, N) = (1, 2048, 2^18, 16)`` float32, variable B and C
   (``--quick``: ``(1, 8, 2^12, 4)``); ``selective-pipeline``: the same with
   ``schedule="pipeline"`` (8 groups of channels).

@@ -29,7 +29,8 @@ class Case:
     log_gates: bool = False
     loss: str = "both"  # both | h (final_state unused) | final (h unused)
     seqs: Optional[Tuple[int, ...]] = None  # packed sequences (their lengths), crossing the ranks' slices
-    schedule: str = "all_gather"  # or "pipeline" (rows in groups of 2 along the largest other dim)
+    schedule: str = "all_gather"  # or "pipeline": rows in groups along the largest other dim,
+    chunks: Optional[int] = 2  # that many (None: the default, 8 groups on the CPU, at most one a row)
 
     @property
     def offsets(self):
@@ -76,7 +77,7 @@ def _cases(world):
     ]
     # Every case again on the pipeline schedule (the same answers; groups of rows cut along the
     # state's dims too, packed states leading with the sequence index).
-    return every + [replace(case, schedule="pipeline") for case in every]
+    return every + [replace(case, schedule="pipeline", chunks=2 if i % 2 else None) for i, case in enumerate(every)]
 
 
 def _full_inputs(case: Case, device):
@@ -153,7 +154,7 @@ def _check_case(case: Case, rank: int, world: int, device):
         local_offsets = pp.distributed.local_cu_seqlens(offsets, sum(case.lengths[:rank]), case.lengths[rank])
     h, final = pp.distributed.affine_scan(part[0], part[1], dim, part[2], reverse=case.reverse,
                                           log_gates=case.log_gates, cu_seqlens=local_offsets,
-                                          schedule=case.schedule, pipeline_chunks=2)
+                                          schedule=case.schedule, pipeline_chunks=case.chunks)
     _loss(case, h, final, _time_slice(weight_h, case, rank), weight_final[rank]).backward()
 
     # The carry crosses ranks in the state dtype (float32 for half inputs), as it crosses
@@ -369,6 +370,29 @@ def test_import_needs_no_process_group():
 
     with pytest.raises((RuntimeError, ValueError), match="process group"):
         affine_scan(torch.rand(2, 5), torch.randn(2, 5))
+
+
+@pytest.mark.parametrize("kwargs, pattern", [(dict(schedule="ring"), "schedule"),
+                                             (dict(schedule="pipeline", pipeline_chunks=0), "positive int or None"),
+                                             (dict(schedule="pipeline", pipeline_chunks=True), "positive int or None")])
+def test_affine_scan_schedule_is_checked_first(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        pp.distributed.affine_scan(torch.rand(2, 5), torch.randn(2, 5), **kwargs)
+
+
+def test_affine_pipeline_default_groups(device):
+    """pipeline_chunks=None: 8 groups on the CPU; on a GPU, two rows a multiprocessor in each
+    group, at most 16 groups and at least 1."""
+    from torch_parprims._affine_pipeline import default_groups
+
+    b = torch.empty(1, 2048, 4, device=device)
+    if device == "cpu":
+        assert default_groups(b, -1) == 8
+        return
+    sms = torch.cuda.get_device_properties(b.device).multi_processor_count
+    assert default_groups(b, -1) == max(1, min(16, 2048 // (2 * sms)))
+    assert default_groups(torch.empty(3, 4, device=device), 0) == 1
+    assert default_groups(torch.empty(4, 1 << 16, device=device), 0) == 16
 
 
 @pytest.mark.parametrize("kwargs, pattern", [(dict(schedule="ring"), "schedule"),

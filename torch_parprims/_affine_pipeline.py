@@ -29,6 +29,25 @@ def cut_axis(b: torch.Tensor, dim: int) -> Optional[int]:
     return max(others, key=lambda d: (b.shape[d], -d))
 
 
+# A group's scan runs whole rows (one pass over the input) while it has at least this many rows
+# for each multiprocessor of the GPU; with fewer, the library cuts its rows into time spans,
+# which reads the input twice and would cost the pipeline more than its fill saves.
+_ROWS_PER_SM = 2
+_MAX_DEFAULT_GROUPS = 16
+_CPU_DEFAULT_GROUPS = 8
+
+
+def default_groups(b: torch.Tensor, dim: int) -> int:
+    """The number of groups for ``pipeline_chunks=None``: on a GPU, as many as keep
+    ``_ROWS_PER_SM`` rows a multiprocessor in each (at most ``_MAX_DEFAULT_GROUPS``); else
+    ``_CPU_DEFAULT_GROUPS``."""
+    if b.device.type != "cuda":
+        return _CPU_DEFAULT_GROUPS
+    rows = math.prod(n for d, n in enumerate(b.shape) if d != dim)
+    per_group = _ROWS_PER_SM * torch.cuda.get_device_properties(b.device).multi_processor_count
+    return max(1, min(_MAX_DEFAULT_GROUPS, rows // per_group))
+
+
 def group_bounds(size: int, chunks: int) -> List[int]:
     """Up to ``chunks`` near-equal groups of ``size`` rows, as their boundaries [0, ..., size]."""
     k = max(1, min(chunks, size))

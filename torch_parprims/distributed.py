@@ -35,7 +35,7 @@ def affine_scan(
     *,
     cu_seqlens: Optional[torch.Tensor] = None,
     schedule: str = "all_gather",
-    pipeline_chunks: int = 8,
+    pipeline_chunks: Optional[int] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """``h_t = a_t * h_{t-1} + b_t`` along ``dim``, with the time dimension split across ``group``.
 
@@ -64,7 +64,9 @@ def affine_scan(
             or ``"pipeline"`` (the state passes from rank to rank, a group of rows at a time;
             every rank reads its slice once; below).
         pipeline_chunks: with ``schedule="pipeline"``, into how many groups the rows are cut
-            (along the largest dimension other than ``dim``; at most its size).
+            (along the largest dimension other than ``dim``; at most its size). ``None``: on a
+            GPU, as many as keep two rows a multiprocessor in each group (up to 16; a group
+            with fewer rows would have its rows cut into time spans, read twice), else 8.
 
     Returns:
         ``(h, final_state)``: ``h`` shaped like this rank's ``b``; ``final_state`` (shaped like
@@ -111,7 +113,7 @@ def affine_scan(
     No host synchronization besides the collectives themselves.
 
     ``schedule="pipeline"`` reads every slice once instead. The rows (every dimension but
-    ``dim``) are cut into ``pipeline_chunks`` groups along the largest other dimension; rank r
+    ``dim``) are cut into groups along the largest other dimension (``pipeline_chunks``); rank r
     scans a group from the state that the rank before it in the scan sends for it (the first
     rank from ``initial_state``) and sends the group's last state on, so that while rank r scans
     group k, the rank before it scans group k + 1 (point-to-point messages of one group's
@@ -140,24 +142,27 @@ def affine_scan(
     """
     import torch.distributed as dist
 
-    _check_schedule(schedule, pipeline_chunks)
+    _check_schedule(schedule, pipeline_chunks, optional=True)
     a = _args.gate(a, b)
     dim = dim % b.dim()
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     offsets = None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens)
     if schedule == "all_gather":
         return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
-    from ._affine_pipeline import PipelinedAffineScan
+    from ._affine_pipeline import PipelinedAffineScan, default_groups
 
-    return PipelinedAffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates,
-                                     pipeline_chunks)
+    chunks = default_groups(b, dim) if pipeline_chunks is None else pipeline_chunks
+    return PipelinedAffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates, chunks)
 
 
-def _check_schedule(schedule, pipeline_chunks) -> None:
+def _check_schedule(schedule, pipeline_chunks, optional: bool = False) -> None:
     if schedule not in ("all_gather", "pipeline"):
         raise ValueError(f"schedule: expected 'all_gather' or 'pipeline', got {schedule!r}")
+    if optional and pipeline_chunks is None:
+        return
     if isinstance(pipeline_chunks, bool) or not isinstance(pipeline_chunks, int) or pipeline_chunks < 1:
-        raise ValueError(f"pipeline_chunks: expected a positive int, got {pipeline_chunks!r}")
+        expected = "a positive int or None" if optional else "a positive int"
+        raise ValueError(f"pipeline_chunks: expected {expected}, got {pipeline_chunks!r}")
 
 
 # ---- the affine monoid over ranks -----------------------------------------------------------
