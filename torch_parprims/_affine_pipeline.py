@@ -68,6 +68,13 @@ class _Rows:
     def of_state(self, x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         return x if x is None or self.axis is None else x.narrow(self.state_axis, self.lo, self.count)
 
+    def state_shape(self, whole: List[int]) -> List[int]:
+        """The shape of the group's states, from that of all rows' states."""
+        shape = list(whole)
+        if self.state_axis is not None:
+            shape[self.state_axis] = self.count
+        return shape
+
 
 def _state_shape(b: torch.Tensor, dim: int, offsets: Optional[torch.Tensor]):
     shape = [n for d, n in enumerate(b.shape) if d != dim]
@@ -100,11 +107,9 @@ class PipelinedAffineScan(torch.autograd.Function):
         h = torch.empty_like(b)
         entering, leaving, sends = [], [], []
         for rows in groups:
-            shape = list(state_shape)
-            if rows.state_axis is not None:
-                shape[rows.state_axis] = rows.count
             state_in = rows.of_state(initial_state)
             if before is not None:
+                shape = rows.state_shape(state_shape)
                 state_in = recv(shape, state_dtype, b.device, before, group) if math.prod(shape) else None
             state_out = _ops._affine_scan_into(rows.of(gates), rows.of(b), dim, state_in, offsets, reverse,
                                                log_gates, rows.of(h))
@@ -118,7 +123,6 @@ class PipelinedAffineScan(torch.autograd.Function):
         dist.broadcast(final_state, src=global_rank(group, last), group=group)
         ctx.dim, ctx.group, ctx.reverse, ctx.log_gates = dim, group, reverse, log_gates
         ctx.before, ctx.after, ctx.groups = before, after, groups
-        ctx.a_shape = a.shape
         ctx.initial_dtype = None if initial_state is None else initial_state.dtype
         carry = None if entering[0] is None else _cat(entering, groups)
         ctx.save_for_backward(a, b, h, carry, offsets)
@@ -136,19 +140,18 @@ class PipelinedAffineScan(torch.autograd.Function):
         dist.all_reduce(total_final, group=ctx.group)
         gates = a.expand_as(b)
         grad_b = torch.empty_like(b)
-        # grad_a in b's shape: written in place when a has it, else summed to a's per group.
-        full_gates = tuple(a.shape) == tuple(b.shape)
-        grad_a = torch.empty_like(b) if full_gates else torch.zeros_like(a)
+        # The backward writes the gates' gradient in b's shape: into grad_a's rows when a has
+        # that shape, else into a group's buffer, summed to a's shape.
+        needs_a = ctx.needs_input_grad[0]
+        in_place = needs_a and tuple(a.shape) == tuple(b.shape)
+        grad_a = torch.empty_like(b) if in_place else torch.zeros_like(a) if needs_a else None
         grad_carry, sends = [], []
         for rows in ctx.groups:
             seed = rows.of_state(total_final)
             if ctx.after is not None and seed.numel():
                 seed = recv(seed.shape, seed.dtype, seed.device, ctx.after, ctx.group)
             state_in = rows.of_state(carry)
-            if full_gates:
-                grad_a_rows = rows.of(grad_a)
-            else:
-                grad_a_rows = torch.empty_like(rows.of(b))
+            grad_a_rows = rows.of(grad_a) if in_place else torch.empty_like(rows.of(b))
             if offsets is None:
                 grad_in = _ops._affine_scan_backward_into(rows.of(gates), rows.of(h), rows.of(grad_h), seed,
                                                           state_in, dim, reverse, log_gates, grad_a_rows,
@@ -156,7 +159,7 @@ class PipelinedAffineScan(torch.autograd.Function):
             else:
                 grad_in = _packed_backward(rows.of(gates), rows.of(b), rows.of(grad_h), seed, state_in, offsets,
                                            dim, reverse, log_gates, grad_a_rows, rows.of(grad_b))
-            if not full_gates:
+            if needs_a and not in_place:
                 _add_to_gates(grad_a, grad_a_rows, rows, b.dim())
             if ctx.before is not None and grad_in.numel():
                 sends.append(send(grad_in, ctx.before, ctx.group))
@@ -169,7 +172,6 @@ class PipelinedAffineScan(torch.autograd.Function):
             if ctx.before is not None:
                 grad_initial = torch.zeros_like(grad_initial)
             grad_initial = grad_initial.to(ctx.initial_dtype)
-        grad_a = grad_a if ctx.needs_input_grad[0] else None
         return grad_a, grad_b, grad_initial, None, None, None, None, None, None, None, None
 
 
