@@ -284,6 +284,33 @@ def test_segment_reduce_many_ends_in_a_piece(op, dtype, layout, device):
     _check_rows_in_layout(op, dtype, layout, sum(lengths), offsets, device)
 
 
+@pytest.mark.parametrize("layout", ("contiguous", "view_aligned", "view_unaligned", "odd_features", "wide", "batch"))
+@pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("mean", torch.bfloat16),
+                                       ("logsumexp", torch.float32), ("min", torch.float16), ("sum", torch.int32)))
+def test_segment_reduce_features(op, dtype, layout, device):
+    """Packed (T, F) features reduced along T: 64 features; a view of 64 features at column 4 of
+    68 and at column 1 of 65 (aligned and unaligned for wide loads); 6 features; 100 features
+    (groups of 8 side by side and 4 left over); and (2, T, 64) along dim 1. About 11000
+    positions in sequences of 0-40 positions and a few thousand long ones, so that the pieces of
+    the CPU (2048 positions where features lie side by side) and the CUDA columns pass hold
+    sequence ends and some sequences cross many. Equal to the reference, and the same bits on a
+    second call."""
+    g = torch.Generator().manual_seed(29)
+    lengths = torch.randint(0, 41, (300,), generator=g).tolist() + [3000, 7] + [0, 2500]
+    offsets = make_offsets(lengths, device=device)
+    n = sum(lengths)
+    features = {"odd_features": 6, "view_aligned": 68, "view_unaligned": 65, "wide": 100}.get(layout, 64)
+    shape = (2, n, features) if layout == "batch" else (n, features)
+    x = draw(shape, DRAW_OP[op], dtype, "normal", device)
+    if layout.startswith("view"):
+        x = x[:, features - 64:]
+    dim = 1 if layout == "batch" else 0
+    got = pp.segment_reduce(x, offsets, op, dim)
+    expected, scale = _expected_segment(x, offsets, op, dim)
+    assert_close(got, expected, scale=scale)
+    assert torch.equal(got, pp.segment_reduce(x, offsets, op, dim))
+
+
 def test_segment_reduce_long_mean_count_is_exact(device):
     """The mean divides by an integer count: a float32 count would stop at 2^24 elements.
 
