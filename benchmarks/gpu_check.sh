@@ -15,6 +15,9 @@
 #           --device cuda -> $OUT/bench.log, $OUT/<device>.json (the scripts merged), <device>.png;
 #           BENCH_SCRIPTS=bench_sweep runs the row-length sweep instead (and draws <device>-sweep.png)
 #   models  bench_mamba_block.py (a Mamba block's fwd+bwd, tokens/s) -> $OUT/mamba-block.json
+#   distributed  (2 GPUs or more) the NCCL tests of tests/test_distributed.py, then
+#           torchrun bench_distributed.py over every GPU (DIST_OPS, default all four cases;
+#           DIST_ARGS, e.g. "--longest") -> $OUT/distributed.log, $OUT/distributed-<device>-<n>ranks.json
 # Always: $OUT/summary.txt, printed last. At most 6 files come back under $OUT.
 #
 # Time: TOTAL_BUDGET (s, default 560) bounds the whole script; each stage gets at most its own
@@ -188,11 +191,31 @@ if has_stage models; then
   tail -12 "$OUT/bench_mamba_block.log"
 fi
 
+if has_stage distributed; then
+  echo "== distributed (log: $OUT/distributed.log)"
+  gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$gpus" -lt 2 ]; then
+    note "distributed: not run, $gpus GPU(s)"
+  else
+    td=$(date +%s)
+    timeout "$(limit "${DIST_TEST_TIMEOUT:-240}")" python3 -m pytest -q tests/test_distributed.py -k nccl \
+      -p no:cacheprovider -rfE >"$OUT/distributed.log" 2>&1
+    note "distributed tests (NCCL): rc=$? ($(($(date +%s) - td)) s): $(grep -E "passed|failed|error" "$OUT/distributed.log" | tail -1)"
+    td=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout "$(limit "${DIST_BENCH_TIMEOUT:-400}")" torchrun --nproc-per-node="$gpus" benchmarks/bench_distributed.py \
+      --ops ${DIST_OPS:-affine affine-pipeline selective selective-pipeline} --out "$OUT" ${DIST_ARGS:-} \
+      >>"$OUT/distributed.log" 2>&1
+    note "bench_distributed: rc=$? ($(($(date +%s) - td)) s)"
+    grep -E "^(op|affine|selective)" "$OUT/distributed.log" | tail -30
+  fi
+fi
+
 rm -f "$OUT"/*.tmp
 # the caller sees the last lines: the results table first, then the stage statuses
 {
   for f in "$OUT"/*.json; do
-    case "$f" in *mamba-block.json) continue ;; esac  # not a harness file; its table is above
+    case "$f" in *mamba-block.json | */distributed-*.json) continue ;; esac  # not harness files; their tables are above
     [ -e "$f" ] && python3 benchmarks/harness.py --summarize "$f" --width "${SUMMARY_WIDTH:-125}"
   done
   echo "== stages ($(elapsed) s in all)"
