@@ -15,6 +15,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._collectives import chain_neighbours, global_rank, recv, send, wait_all
+from .ops.affine import _state_dtype, _state_shape, composed_backward
 
 _ops = torch.ops.parprims
 
@@ -74,15 +75,6 @@ class _Rows:
         if self.state_axis is not None:
             shape[self.state_axis] = self.count
         return shape
-
-
-def _state_shape(b: torch.Tensor, dim: int, offsets: Optional[torch.Tensor]):
-    shape = [n for d, n in enumerate(b.shape) if d != dim]
-    return ([offsets.shape[0] - 1] if offsets is not None else []) + shape
-
-
-def _state_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 class PipelinedAffineScan(torch.autograd.Function):
@@ -151,14 +143,17 @@ class PipelinedAffineScan(torch.autograd.Function):
             if ctx.after is not None and seed.numel():
                 seed = recv(seed.shape, seed.dtype, seed.device, ctx.after, ctx.group)
             state_in = rows.of_state(carry)
-            grad_a_rows = rows.of(grad_a) if in_place else torch.empty_like(rows.of(b))
             if offsets is None:
+                grad_a_rows = rows.of(grad_a) if in_place else torch.empty_like(rows.of(b))
                 grad_in = _ops._affine_scan_backward_into(rows.of(gates), rows.of(h), rows.of(grad_h), seed,
                                                           state_in, dim, reverse, log_gates, grad_a_rows,
                                                           rows.of(grad_b))
-            else:
-                grad_in = _packed_backward(rows.of(gates), rows.of(b), rows.of(grad_h), seed, state_in, offsets,
-                                           dim, reverse, log_gates, grad_a_rows, rows.of(grad_b))
+            else:  # packed sequences: affine_scan's own composed backward (two scans), copied in
+                grad_a_rows, lam, grad_in = composed_backward(rows.of(gates), rows.of(b), state_in, offsets,
+                                                              rows.of(grad_h), seed, dim, reverse, log_gates, needs_a)
+                rows.of(grad_b).copy_(lam)
+                if in_place:
+                    rows.of(grad_a).copy_(grad_a_rows)
             if needs_a and not in_place:
                 _add_to_gates(grad_a, grad_a_rows, rows, b.dim())
             if ctx.before is not None and grad_in.numel():
@@ -188,21 +183,3 @@ def _add_to_gates(grad_a: torch.Tensor, grad_rows: torch.Tensor, rows: _Rows, b_
     if rows.axis is not None and aligned.shape[rows.axis] != 1:
         aligned = aligned.narrow(rows.axis, rows.lo, rows.count)
     aligned += grad_rows.sum_to_size(aligned.shape)
-
-
-def _packed_backward(gates, b, grad_h, grad_final, initial, offsets, dim, reverse, log_gates, grad_a, grad_b):
-    """The backward of one group with packed sequences, from the library's scans (as
-    ``affine_scan``'s own backward does with offsets), into ``grad_a`` and ``grad_b``; returns
-    the gradient of the entering states."""
-    gate = gates.exp() if log_gates else gates
-    gate = gate.conj() if gate.is_complex() else gate
-    # lambda_t = grad_h_t + conj(a_{t+1}) lambda_{t+1}; the final state of the exclusive reverse
-    # scan is the gradient of the state entering each sequence.
-    later, grad_initial = _ops._affine_scan_exclusive(gate, gate * grad_h, dim, grad_final, offsets, not reverse,
-                                                      False)
-    torch.add(grad_h, later, out=grad_b)
-    h_prev, _ = _ops._affine_scan_exclusive(gates, b, dim, initial, offsets, reverse, log_gates)
-    torch.mul(grad_b, h_prev.conj() if h_prev.is_complex() else h_prev, out=grad_a)
-    if log_gates:
-        grad_a.mul_(gate)
-    return grad_initial

@@ -178,18 +178,20 @@ def _affine_backward(ctx, grad_h, grad_final):
                                                                ctx.reverse, ctx.log_gates)
         grad_a = grad_a.sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
     else:
-        grad_a, lam, grad_initial = _affine_backward_composed(ctx, a, b, initial_state, offsets, grad_h, grad_final)
+        grad_a, lam, grad_initial = composed_backward(a, b, initial_state, offsets, grad_h, grad_final, ctx.dim,
+                                                      ctx.reverse, ctx.log_gates, ctx.needs_input_grad[0])
+        grad_a = None if grad_a is None else grad_a.sum_to_size(a.shape)
     grad_init = None
     if initial_state is not None and ctx.needs_input_grad[3]:
         grad_init = grad_initial.to(ctx.initial_dtype)
     return grad_a, lam, None, grad_init, None, None, None
 
 
-def _affine_backward_composed(ctx, a, b, initial_state, offsets, grad_h, grad_final):
+def composed_backward(a, b, initial_state, offsets, grad_h, grad_final, dim, reverse, log_gates, need_grad_a):
     """The backward from the library's scans and elementwise ops (packed sequences, and devices
-    without the one-scan backward)."""
-    dim, reverse = ctx.dim, ctx.reverse
-    gate = a.exp() if ctx.log_gates else a
+    without the one-scan backward): (the gates' gradient in b's shape, or None unless
+    ``need_grad_a``; b's gradient; the initial state's gradient)."""
+    gate = a.exp() if log_gates else a
     gate_c = gate.conj() if gate.is_complex() else gate
     gate_full = gate_c.expand_as(b)
     # lambda_t = grad_h_t + conj(a_{t+1}) lambda_{t+1}: the exclusive reverse scan gives the
@@ -200,12 +202,11 @@ def _affine_backward_composed(ctx, a, b, initial_state, offsets, grad_h, grad_fi
     )
     lam = grad_h + later
     grad_a = None
-    if ctx.needs_input_grad[0]:
-        h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, initial_state, offsets, reverse, ctx.log_gates)
+    if need_grad_a:
+        h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, initial_state, offsets, reverse, log_gates)
         grad_a = lam * (h_prev.conj() if h_prev.is_complex() else h_prev)
-        if ctx.log_gates:
+        if log_gates:
             grad_a = grad_a * gate_c
-        grad_a = grad_a.sum_to_size(a.shape)
     return grad_a, lam, grad_initial
 
 
