@@ -8,6 +8,8 @@
 //   instance, which marks each tile's sequence starts in shared memory
 //   few rows long enough to cut into spans (one huge row, few long rows, one packed batch)
 //   -> row-loop kernel over spans (spans.cuh)
+//   rows shorter than the row loop's blocks take, but at least half a warp's tile (cheap scans
+//   without packed sequences) -> row-loop kernel in one-warp blocks (WarpRowPolicy)
 //   anything else (short rows) -> flat kernel
 #pragma once
 
@@ -34,22 +36,29 @@ TileState<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool 
   return State::at(memory, tiles);
 }
 
+// Whether the environment variable `name` is set to 1 (the switches below, read once each).
+inline bool env_flag_set(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '1';
+}
+
 // PARPRIMS_NO_WIDE_ACCESS=1 turns the wide loads and stores off (to measure what they bring).
 inline bool wide_access_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("PARPRIMS_NO_WIDE_ACCESS");
-    return env != nullptr && env[0] == '1';
-  }();
+  static const bool off = env_flag_set("PARPRIMS_NO_WIDE_ACCESS");
   return off;
 }
 
 // PARPRIMS_NO_PACKED_ROWS=1 sends packed sequences to the flat kernel, as before the row loop took
 // them (to measure what it brings).
 inline bool packed_rows_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("PARPRIMS_NO_PACKED_ROWS");
-    return env != nullptr && env[0] == '1';
-  }();
+  static const bool off = env_flag_set("PARPRIMS_NO_PACKED_ROWS");
+  return off;
+}
+
+// PARPRIMS_NO_WARP_ROWS=1 sends short rows to the flat kernel, as before the one-warp blocks took
+// them (to measure what they bring).
+inline bool warp_rows_disabled() {
+  static const bool off = env_flag_set("PARPRIMS_NO_WARP_ROWS");
   return off;
 }
 
@@ -88,19 +97,19 @@ struct Engine {
 
   // The row-loop kernel: a block per row, walking rows in turn (as many blocks as run at once,
   // or one per row); with fewer rows than kRowLoopRowsPerSM per SM, the rows are cut into spans.
-  template <class P, bool kPacked>
+  template <class P, bool kPacked, bool kWarpRows = false>
   void launch_rows(const P& problem, const ScanGeometry& g, const SpanPlan& spans, int64_t resident) const {
-    using K = RowScan<P, kPacked>;
+    using K = RowScan<P, kPacked, kWarpRows>;
     const bool wide = !wide_access_disabled();
     const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
     SpanPlan plan = spans;
     if (plan.count > 1) {
       plan.totals = allocate_span_totals<typename K::Carry>(plan, g.rows);
-      row_scan_kernel<P, kPacked><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
+      row_scan_kernel<P, kPacked, kWarpRows><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       scan_span_totals<typename K::CarryMonoid>(plan, g.rows);
     }
-    row_scan_kernel<P, kPacked><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
+    row_scan_kernel<P, kPacked, kWarpRows><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
@@ -128,6 +137,20 @@ struct Engine {
     return true;
   }
 
+  // Rows too short for the row loop's blocks but at least half a warp's tile: one warp a
+  // block walks whole rows (WarpRowPolicy); false when the shape is not that.
+  template <class P>
+  bool try_warp_rows(const P& problem, const ScanGeometry& g) const {
+    using W = RowScan<P, false, true>;
+    if (g.len < W::kMinRowLength || g.len >= RowScan<P, false>::kMinRowLength) return false;
+    if (g.rows * ((g.len + W::kTile - 1) / W::kTile) >= (int64_t{1} << 30)) return false;  // (counts in 32 bits)
+    static const int per_sm = blocks_per_sm(row_scan_kernel<P, false, true>, W::kThreads);
+    SpanPlan whole_rows;
+    whole_rows.length = g.len;
+    launch_rows<P, false, true>(problem, g, whole_rows, int64_t{per_sm} * ctx.sm_count);
+    return true;
+  }
+
   template <class T>
   void* allocate_span_totals(const SpanPlan& plan, int64_t rows) const {
     return ctx.workspace->allocate((plan.count - 1) * rows * sizeof(Words<T>));
@@ -144,6 +167,9 @@ struct Engine {
     if (g.rows == 0 || g.len == 0) return;
     if (layout.rows_adjacent && g.rows >= kMinColumnRows) return launch_columns(problem, g);
     if (g.segments.offsets == nullptr) {
+      if constexpr (kWarpRows<P>) {
+        if (!warp_rows_disabled() && try_warp_rows(problem, g)) return;
+      }
       if (try_rows<P, false>(problem, g)) return;
     } else if constexpr (kPackedRowLoop<typename P::Value>) {
       if (!packed_rows_disabled() && try_rows<P, true>(problem, g)) return;

@@ -3,6 +3,8 @@
 // registers and shared memory stay bounded.
 #pragma once
 
+#include "../../core/monoids.h"
+
 namespace parprims::cuda {
 
 // Items per thread follow the size of the scanned value: more items amortize the block scan
@@ -70,6 +72,28 @@ struct RowPolicy {
   static constexpr int kMinBlocksPerSM = with_more_registers(kPlainMinBlocksPerSM);
   static constexpr int kPackedMinBlocksPerSM = with_more_registers(kPackedPlainMinBlocksPerSM);
 };
+
+// Rows too short for the row loop's blocks (shorter than RowPolicy::kMinRowLength: (65536, 256)
+// is the common case) take one warp a block: the same walk, each row one or a few tiles of 32 x
+// 8 items, so a block's threads are busy down to rows of half a tile. Such rows went to the flat
+// kernel, which pays a tile counter, a lifted block scan and a look-back per tile (0.61 / 0.53
+// of copy bandwidth at rows of 256, float32 / bfloat16, on an H200). Only cheap scans of up to
+// 8-byte values read from typed inputs take this instance (kWarpRows), so that the build gains
+// one kernel per scan problem, not one per matrix recurrence or gradient problem.
+template <class Value>
+struct WarpRowPolicy {
+  static constexpr int kThreads = 32;
+  static constexpr int kItems = 8;
+  static constexpr int kTile = kThreads * kItems;
+  static constexpr int kMinRowLength = kTile / 2;
+  // 24 one-warp blocks an SM (85 registers a thread) for 4-byte values, 16 for 8-byte ones.
+  static constexpr int kMinBlocksPerSM = sizeof(Value) <= 4 ? 24 : 16;
+  static constexpr int kPackedMinBlocksPerSM = kMinBlocksPerSM;  // (packed rows never take it)
+};
+
+template <class P>
+constexpr bool kWarpRows = P::kInputBytes > 0 && sizeof(typename P::Value) <= 8 &&
+                           !kCostlyCombine<typename P::Monoid> && !P::kNeedsMoreRegisters;
 
 // Column scans: a block of kThreads threads holds 32 neighbouring rows (one per lane) times
 // kThreads / 32 stretches of kSteps positions. A thread holds two stretches of values (the one

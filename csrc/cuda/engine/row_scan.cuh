@@ -33,7 +33,8 @@
 
 namespace parprims::cuda {
 
-template <class P, bool kPacked = false>
+// kWarpRows: the one-warp blocks for short rows (WarpRowPolicy; rows without packed sequences).
+template <class P, bool kPacked = false, bool kWarpRows = false>
 struct RowScan {
   using M = typename P::Monoid;
   using Value = typename P::Value;
@@ -43,7 +44,9 @@ struct RowScan {
   // sequences whether one started in what it covers.
   using CarryMonoid = std::conditional_t<kPacked, Seg, M>;
   using Carry = typename CarryMonoid::value_type;
-  using Policy = RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>, P::kNeedsMoreRegisters>;
+  static_assert(!(kPacked && kWarpRows), "packed rows take the row loop's blocks or the flat kernel");
+  using Policy = std::conditional_t<kWarpRows, WarpRowPolicy<Value>,
+                                    RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>, P::kNeedsMoreRegisters>>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
@@ -478,10 +481,10 @@ struct RowScan {
   }
 };
 
-template <class P, bool kPacked>
-__global__ void __launch_bounds__(RowScan<P, kPacked>::kThreads, RowScan<P, kPacked>::kMinBlocksPerSM)
+template <class P, bool kPacked, bool kWarpRows = false>
+__global__ void __launch_bounds__(RowScan<P, kPacked, kWarpRows>::kThreads, RowScan<P, kPacked, kWarpRows>::kMinBlocksPerSM)
     row_scan_kernel(const P problem, const ScanGeometry g, bool wide, const SpanPlan spans, bool summary) {
-  using K = RowScan<P, kPacked>;
+  using K = RowScan<P, kPacked, kWarpRows>;
   if constexpr (kPacked) {
     K::run_packed(problem, g, wide, spans, summary);
   } else {
