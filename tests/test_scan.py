@@ -118,6 +118,7 @@ def _samples():
     # walking several rows (more rows than run at once), aligned for wide loads or not.
     for shape, op, dtype, (ex, rv), view in (((4000, 256), "add", torch.float32, (False, False), "contiguous"),
                                              ((4000, 1000), "max", torch.bfloat16, (True, True), "contiguous"),
+                                             ((3000, 1500), "add", torch.bfloat16, (True, False), "contiguous"),
                                              ((3500, 300), "mul", torch.float64, (False, True), "contiguous"),
                                              ((3500, 200), "add", torch.int64, (True, False), "contiguous"),
                                              ((3500, 130), "add", torch.complex64, (False, False), "contiguous"),

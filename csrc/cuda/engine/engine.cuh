@@ -8,7 +8,7 @@
 //   instance, which marks each tile's sequence starts in shared memory
 //   few rows long enough to cut into spans (one huge row, few long rows, one packed batch)
 //   -> row-loop kernel over spans (spans.cuh)
-//   rows shorter than the row loop's blocks take, but at least half a warp's tile (cheap scans
+//   rows shorter than a tile of the row loop's blocks, but at least half a warp's tile (cheap scans
 //   without packed sequences) -> row-loop kernel in one-warp blocks (WarpRowPolicy)
 //   anything else (short rows) -> flat kernel
 #pragma once
@@ -137,12 +137,13 @@ struct Engine {
     return true;
   }
 
-  // Rows too short for the row loop's blocks but at least half a warp's tile: one warp a
-  // block walks whole rows (WarpRowPolicy); false when the shape is not that.
+  // Rows shorter than a tile of the row loop's blocks (which would leave threads idle, or not
+  // take them) but at least half a warp's tile: one warp a block walks whole rows
+  // (WarpRowPolicy); false when the shape is not that.
   template <class P>
   bool try_warp_rows(const P& problem, const ScanGeometry& g) const {
     using W = RowScan<P, false, true>;
-    if (g.len < W::kMinRowLength || g.len >= RowScan<P, false>::kMinRowLength) return false;
+    if (g.len < W::kMinRowLength || g.len >= RowScan<P, false>::kTile) return false;
     if (g.rows * ((g.len + W::kTile - 1) / W::kTile) >= (int64_t{1} << 30)) return false;  // (counts in 32 bits)
     static const int per_sm = blocks_per_sm(row_scan_kernel<P, false, true>, W::kThreads);
     SpanPlan whole_rows;

@@ -73,9 +73,10 @@ struct RowPolicy {
   static constexpr int kPackedMinBlocksPerSM = with_more_registers(kPackedPlainMinBlocksPerSM);
 };
 
-// Rows too short for the row loop's blocks (shorter than RowPolicy::kMinRowLength: (65536, 256)
-// is the common case) take one warp a block: the same walk, each row one or a few tiles of 32 x
-// 8 items, so a block's threads are busy down to rows of half a tile. Such rows went to the flat
+// Rows shorter than a tile of the row loop's blocks (RowPolicy::kTile: (65536, 256) is the
+// common case; the blocks take rows of half their tile or more, with threads idle) take one warp
+// a block: the same walk, each row one or a few tiles of 32 x 8 items, so a block's threads are
+// busy down to rows of half a tile. Such rows went to the flat
 // kernel, which pays a tile counter, a lifted block scan and a look-back per tile (0.61 / 0.53
 // of copy bandwidth at rows of 256, float32 / bfloat16, on an H200). Only cheap scans of up to
 // 8-byte values read from typed inputs take this instance (kWarpRows), so that the build gains
