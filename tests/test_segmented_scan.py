@@ -159,7 +159,11 @@ def test_segmented_scan_equals_per_sequence_scans(s, device):
 def test_one_sequence_equals_scan_and_offsets_dtypes_agree(op, device):
     x = draw((5, 300), op, torch.float32, device=device)
     whole = make_offsets([300], device=device)
-    assert_close(pp.segmented_scan(x, whole, 1, op, True, True), pp.scan(x, 1, op, True, True), scale=0)
+    # (Equal up to rounding, not bitwise: on CUDA, rows of 300 take one-warp blocks in `scan`
+    # and the flat kernel with packed sequences, which add in different orders.)
+    y = pp.scan(x, 1, op, True, True)
+    assert_close(pp.segmented_scan(x, whole, 1, op, True, True), y,
+                 scale=scan_scale(x, whole, 1, op, True, True, y))
     lengths = [0, 17, 0, 120, 1, 162, 0]
     y64 = pp.segmented_scan(x, make_offsets(lengths, torch.int64, device), 1, op)
     y32 = pp.segmented_scan(x, make_offsets(lengths, torch.int32, device), 1, op)
