@@ -156,9 +156,9 @@ def _samples():
             # not, a ragged last tile, log gates exponentiated at the use).
             S((300, 2100), -1, dtype=torch.float16, init="state", reverse=True, log_gates=True),
             S((300, 2048), -1, dtype=torch.bfloat16, init="state", log_gates=True)]
-    # Short rows (half a warp's tile up to the row loop's blocks): on CUDA, one-warp blocks, each
+    # Short rows (a warp's tile up to the row loop's blocks' tile): on CUDA, one-warp blocks, each
     # walking several rows (more rows than run at once), float32 pairs only.
-    out += [S((4000, 200), -1, init="state", reverse=True),
+    out += [S((4000, 280), -1, init="state", reverse=True),
             S((3500, 300), -1, init="state", exclusive=True, log_gates=True, view="step")]
     # Long strided time with few channels: the CUDA column kernel cuts each row into spans (a
     # summary pass, then the full pass from the spans' totals); 40 and 17 channels leave the

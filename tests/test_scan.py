@@ -114,14 +114,14 @@ def _samples():
                                 ("mul", torch.float64, (False, True))):
         out.append(S((300, 2049), -1, op, dtype, exclusive=ex, reverse=rv))
     out.append(S((300, 1500), -1, "add", view="step", reverse=True))
-    # Short rows (half a warp's tile up to the row loop's blocks): on CUDA, one-warp blocks, each
+    # Short rows (a warp's tile up to the row loop's blocks' tile): on CUDA, one-warp blocks, each
     # walking several rows (more rows than run at once), aligned for wide loads or not.
     for shape, op, dtype, (ex, rv), view in (((4000, 256), "add", torch.float32, (False, False), "contiguous"),
                                              ((4000, 1000), "max", torch.bfloat16, (True, True), "contiguous"),
                                              ((3000, 1500), "add", torch.bfloat16, (True, False), "contiguous"),
                                              ((3500, 300), "mul", torch.float64, (False, True), "contiguous"),
-                                             ((3500, 200), "add", torch.int64, (True, False), "contiguous"),
-                                             ((3500, 130), "add", torch.complex64, (False, False), "contiguous"),
+                                             ((3500, 400), "add", torch.int64, (True, False), "contiguous"),
+                                             ((3500, 260), "add", torch.complex64, (False, False), "contiguous"),
                                              ((3500, 511), "min", torch.float16, (False, True), "contiguous"),
                                              ((4000, 300), "add", torch.float32, (True, True), "step")):
         out.append(S(shape, -1, op, dtype, exclusive=ex, reverse=rv, view=view))

@@ -8,7 +8,7 @@
 //   instance, which marks each tile's sequence starts in shared memory
 //   few rows long enough to cut into spans (one huge row, few long rows, one packed batch)
 //   -> row-loop kernel over spans (spans.cuh)
-//   rows shorter than a tile of the row loop's blocks, but at least half a warp's tile (cheap scans
+//   rows shorter than a tile of the row loop's blocks, but at least a warp's tile (cheap scans
 //   without packed sequences) -> row-loop kernel in one-warp blocks (WarpRowPolicy)
 //   anything else (short rows) -> flat kernel
 #pragma once
@@ -138,7 +138,7 @@ struct Engine {
   }
 
   // Rows shorter than a tile of the row loop's blocks (which would leave threads idle, or not
-  // take them) but at least half a warp's tile: one warp a block walks whole rows
+  // take them) but at least a warp's tile: one warp a block walks whole rows
   // (WarpRowPolicy); false when the shape is not that.
   template <class P>
   bool try_warp_rows(const P& problem, const ScanGeometry& g) const {

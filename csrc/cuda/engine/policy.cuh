@@ -75,18 +75,19 @@ struct RowPolicy {
 
 // Rows shorter than a tile of the row loop's blocks (RowPolicy::kTile: (65536, 256) is the
 // common case; the blocks take rows of half their tile or more, with threads idle) take one warp
-// a block: the same walk, each row one or a few tiles of 32 x 8 items, so a block's threads are
-// busy down to rows of half a tile. Such rows went to the flat
-// kernel, which pays a tile counter, a lifted block scan and a look-back per tile (0.61 / 0.53
-// of copy bandwidth at rows of 256, float32 / bfloat16, on an H200). Only cheap scans of up to
-// 8-byte values read from typed inputs take this instance (kWarpRows), so that the build gains
-// one kernel per scan problem, not one per matrix recurrence or gradient problem.
+// a block: the same walk, each row one or a few tiles of 32 x 8 items. Such rows went to the flat
+// kernel, which pays a tile counter, a lifted block scan and a look-back per tile. Measured on an
+// H200 against it (benchmarks/NOTES.md, "Short rows in one-warp blocks"): rows of 256 to 1000,
+// 1.2-1.7x faster (bfloat16 rows of 1024-2000 against the row loop: even); rows of 128 (half the warp's lanes idle) 7 % slower, so a row takes the warp's
+// blocks only from a whole tile on. Only cheap scans of up to 8-byte values read from typed
+// inputs take this instance (kWarpRows), so that the build gains one kernel per scan problem,
+// not one per matrix recurrence or gradient problem.
 template <class Value>
 struct WarpRowPolicy {
   static constexpr int kThreads = 32;
   static constexpr int kItems = 8;
   static constexpr int kTile = kThreads * kItems;
-  static constexpr int kMinRowLength = kTile / 2;
+  static constexpr int kMinRowLength = kTile;
   // 24 one-warp blocks an SM (85 registers a thread) for 4-byte values, 16 for 8-byte ones.
   static constexpr int kMinBlocksPerSM = sizeof(Value) <= 4 ? 24 : 16;
   static constexpr int kPackedMinBlocksPerSM = kMinBlocksPerSM;  // (packed rows never take it)
