@@ -81,6 +81,8 @@ def _reduce_samples():
         # Wider tokens in float32: 72 and 96 features, 9 and 12 groups of 8 rows side by side.
         out.append(S(op=op, mask="broadcast", shape=(2, 33, 72), dim=1))
         out.append(S(op=op, mask="broadcast", shape=(2, 21, 96), dim=1))
+        # A mask per feature: features side by side that do not share their mask elements.
+        out.append(S(op=op, mask="random", shape=(2, 33, 8), dim=1))
         out.append(S(op=op, shape=(2, 3, 70), dim=-1, view="step", values="nan"))
         out.append(S(op=op, shape=(70, 3), dim=0, view="transpose", values="inf", mask="random"))
         for dtype in (torch.float16, torch.bfloat16):

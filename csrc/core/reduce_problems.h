@@ -61,8 +61,7 @@ struct ReduceProblem : ProblemBase<M> {
     return {in_rows.row_offset(row), mask != nullptr ? mask_rows.row_offset(row) : 0};
   }
   PP_HD Value load(const Cursor& c, int64_t pos) const {
-    if (mask != nullptr && !mask[c.mask + pos * mask_rows.stride_len]) return M::identity();
-    return Traits::element(in[c.in + pos * in_rows.stride_len]);
+    return kept(c, pos) ? Traits::element(*address(c, pos)) : M::identity();
   }
   // Whether rows c[0], c[1], ... hold their elements side by side (row r's at c[0].in + r, at
   // every position) and share their mask elements (or have no mask): a reduction over a middle
@@ -87,6 +86,31 @@ struct ReduceProblem : ProblemBase<M> {
   PP_HD const In* kept_side_by_side(const Cursor& first, int64_t pos) const {
     if (mask != nullptr && !mask[first.mask + pos * mask_rows.stride_len]) return nullptr;
     return in + first.in + pos * in_rows.stride_len;
+  }
+  // load() in two steps, for a kernel that issues its loads before it uses them: the element as
+  // stored (`element` converts it), and whether the mask keeps its position.
+  PP_HD const In* address(const Cursor& c, int64_t pos) const { return in + c.in + pos * in_rows.stride_len; }
+  PP_HD bool kept(const Cursor& c, int64_t pos) const {
+    return mask == nullptr || mask[c.mask + pos * mask_rows.stride_len];
+  }
+  // Whether every kRows neighbouring rows from a multiple of kRows lie side by side, in words of
+  // kRows elements that wide loads read at every position (vector_io.h: the innermost row
+  // dimension unit-strided and a multiple of kRows long, every other stride and the input
+  // aligned to the word's accesses), sharing their mask element: the features of a (T, F)
+  // tensor reduced along T, a padded (B, T, D) batch pooled over T with a (B, T, 1) mask.
+  template <int kRows>
+  PP_HD bool rows_in_words() const {
+    constexpr int64_t kAlign = detail::wide_bytes<kRows, In>();
+    if (kAlign == 0 || in_rows.ndim == 0) return false;
+    const int inner = in_rows.ndim - 1;
+    if (in_rows.strides[inner] != 1 || in_rows.sizes[inner] % kRows != 0) return false;
+    if (mask != nullptr && mask_rows.strides[inner] != 0) return false;
+    if (reinterpret_cast<uintptr_t>(in) % kAlign != 0) return false;
+    const auto aligned = [](int64_t stride) { return stride * static_cast<int64_t>(sizeof(In)) % kAlign == 0; };
+    for (int d = 0; d < inner; ++d) {
+      if (!aligned(in_rows.strides[d])) return false;
+    }
+    return aligned(in_rows.stride_len);
   }
   // The row's elements as one array (no mask, unit stride), which a kernel may then read
   // directly, and how an element read so enters the monoid; null when they are not.

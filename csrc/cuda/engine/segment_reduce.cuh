@@ -25,16 +25,19 @@
 //    without a test per position until a sequence ends.
 //  * columns: when the reduced dimension is strided and neighbouring rows are neighbours in
 //    memory (`(T, F)` along T, a padded `(B, T, D)` batch along T), each thread walks a chunk of
-//    one row and neighbouring threads take neighbouring rows, so every load is coalesced and
-//    segment boundaries are the same across the warp.
+//    one row, or of 4 rows whose elements it reads as one word a position where they lie side
+//    by side, and neighbouring threads take neighbouring rows, so every load is coalesced and
+//    segment boundaries are the same across the threads of a chunk.
 #pragma once
 
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "../../core/scan_geometry.h"
+#include "../../core/vector_io.h"
 #include "warp.cuh"
 #include "../launch_context.h"
 #include "dependent_launch.cuh"
@@ -45,48 +48,104 @@
 
 namespace parprims::cuda {
 
-template <class P>
+// A batch of kUnroll positions of a columns-pass thread's kRows rows, loaded before any is
+// used (their loads in flight together). kRows == 1: the row's values through the problem (any
+// layout, a mask per row). kRows > 1: rows that lie side by side in words (ReduceProblem::
+// rows_in_words, checked by the host), one wide load a position and one mask element for them
+// all, held as stored so that a half-precision element is converted only when folded.
+template <class P, int kRows, int kUnroll>
+struct ColumnBatch {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  using In = typename P::Input;
+  static constexpr bool kWords = kRows > 1;
+  Value values[kWords ? 1 : kUnroll];
+  In raw[kWords ? kUnroll : 1][kRows];
+  bool kept[kWords ? kUnroll : 1];
+
+  __device__ __forceinline__ void load(const P& problem, const typename P::Cursor& first, int64_t base,
+                                       int64_t end) {
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      if constexpr (!kWords) {
+        values[k] = base + k < end ? problem.load(first, base + k) : M::identity();
+      } else {
+        kept[k] = base + k < end && problem.kept(first, base + k);
+        if (base + k < end && !load_wide<kRows>(problem.address(first, base + k), raw[k])) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) raw[k][r] = problem.address(first, base + k)[r];
+        }
+      }
+    }
+  }
+  // Position base + k of row first + r (the identity past the end and where the mask drops it).
+  __device__ __forceinline__ Value value(const P& problem, int k, int r) const {
+    if constexpr (!kWords) {
+      return values[k];
+    } else {
+      return kept[k] ? problem.element(raw[k][r]) : M::identity();
+    }
+  }
+};
+
+// The columns pass: a thread walks a chunk of kRows neighbouring rows (one row in any layout;
+// kRows > 1: rows in words, see ColumnBatch), and neighbouring threads take neighbouring
+// groups of rows of the same chunk, so that every load is coalesced and segment boundaries
+// are the same across the threads of a chunk.
+template <class P, int kRows>
 __global__ void __launch_bounds__(256)
     segment_reduce_columns_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
                                   const PieceSegments segments, int64_t chunks) {
   if (chunks > 1) allow_dependent_launch();  // the fix-up follows (see allow_dependent_launch)
   using M = typename P::Monoid;
   using Value = typename P::Value;
-  constexpr int kUnroll = 8;  // loads in flight per thread
-  const int64_t pieces = g.rows * chunks;
+  // Positions loaded together per thread: 8, or 4 when a position is a 16-byte word (float words: 110
+  // registers on sm_90 and no spills; 8 of them spilled).
+  constexpr int kWordBytes = kRows * static_cast<int>(sizeof(typename P::Input));
+  constexpr int kUnroll = kWordBytes >= 16 ? 4 : 8;
+  using Batch = ColumnBatch<P, kRows, kUnroll>;
+  const int64_t groups = g.rows / kRows;  // kRows divides the rows (rows_in_words)
+  const int64_t pieces = groups * chunks;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t piece = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; piece < pieces; piece += stride) {
-    const int64_t chunk = piece / g.rows;  // rows fastest: neighbouring threads, neighbouring rows
-    const int64_t row = piece - chunk * g.rows;
+    const int64_t chunk = piece / groups;  // groups fastest: neighbouring threads, neighbouring rows
+    const int64_t first_row = (piece - chunk * groups) * kRows;
     const int64_t begin = chunk * parts.chunk_length;
     const int64_t end = min(begin + parts.chunk_length, g.len);
-    const auto cursor = problem.cursor(row);
+    const auto first = problem.cursor(first_row);
     SegmentWalker w;
     w.seek(g, begin, segments.lo(chunk), segments.lo(chunk));
-    PieceFold<P> fold{M::identity(), false};
+    PieceFold<P, kRows> fold;
+    fold.start();
     if (!w.starts_segment(g, begin) && w.next_start >= end) {
       // No segment starts in the chunk (the common case): fold, then hand the fold on once.
-      Value acc = M::identity();
+      Value acc[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = M::identity();
       for (int64_t base = begin; base < end; base += kUnroll) {
-        Value values[kUnroll];
+        Batch batch;
+        batch.load(problem, first, base, end);
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) values[k] = base + k < end ? problem.load(cursor, base + k) : M::identity();
+        for (int k = 0; k < kUnroll; ++k) {
 #pragma unroll
-        for (int k = 0; k < kUnroll; ++k) acc = M::combine(acc, values[k]);
+          for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], batch.value(problem, k, r));
+        }
       }
-      fold.add(problem, parts, row, chunk, w.segment, acc, false, w.is_last(end - 1), true);
+      fold.add(problem, parts, first_row, chunk, w.segment, acc, false, w.is_last(end - 1), true);
       continue;
     }
     for (int64_t base = begin; base < end; base += kUnroll) {
-      Value values[kUnroll];
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) values[k] = base + k < end ? problem.load(cursor, base + k) : M::identity();
+      Batch batch;
+      batch.load(problem, first, base, end);
 #pragma unroll
       for (int k = 0; k < kUnroll; ++k) {
         const int64_t pos = base + k;
         if (pos < end) {
           const bool head = pos == begin ? w.starts_segment(g, pos) : w.enter(g, pos);
-          fold.add(problem, parts, row, chunk, w.segment, values[k], head, w.is_last(pos), pos == end - 1);
+          Value values[kRows];
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) values[r] = batch.value(problem, k, r);
+          fold.add(problem, parts, first_row, chunk, w.segment, values, head, w.is_last(pos), pos == end - 1);
         }
       }
     }
@@ -164,13 +223,17 @@ struct SegmentReduceEngine {
   // Grids stop growing here: every kernel of the engine loops over what is left.
   static constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
-  // Positions per thread of the column pass: enough threads to fill the GPU about eight times
-  // over, at least 16 positions each so that the fix-up stays small.
-  static int64_t column_chunk_length(const ScanGeometry& g) {
-    const int64_t threads_wanted = int64_t(1) << 20;
-    const int64_t per_thread = (g.rows * g.len + threads_wanted - 1) / threads_wanted;
+  // Positions per thread of the columns pass, whose threads take `rows_per_thread` rows each:
+  // about 2^20 elements' worth of threads (enough to fill the GPU a few times over), at least
+  // 16 positions each so that the fix-up stays small.
+  static int64_t column_chunk_length(const ScanGeometry& g, int rows_per_thread) {
+    const int64_t threads_wanted = (int64_t(1) << 20) / rows_per_thread;
+    const int64_t groups = g.rows / rows_per_thread;
+    const int64_t per_thread = (groups * g.len + threads_wanted - 1) / threads_wanted;
     return std::max<int64_t>(16, per_thread);
   }
+  // Rows of the columns pass that a thread reads a word of at a time (ReduceProblem::rows_in_words).
+  static constexpr int kColumnWordRows = 4;
 
   // The tile of the rows pass: a block's (kThreads x kItems positions) for rows of at least half
   // of that (at least half of a block's threads have values), else a warp's (32 x kItems).
@@ -241,7 +304,17 @@ struct SegmentReduceEngine {
     if (takes_stream_pass<typename P::Monoid>(g, columns)) return run_stream_pass(problem, g);
     using Policy = SegmentReducePolicy<Value>;
     const int row_tile_threads = tile_threads<Value>(g);
-    const int64_t chunk_length = columns ? column_chunk_length(g) : int64_t{row_tile_threads} * Policy::kItems;
+    // Rows in words for floating elements of up to 4 bytes (features, embeddings): words of wider
+    // ones (and their folds) hold more registers than the kernel has without spilling, and
+    // integer inputs keep one kernel (build time).
+    using In = typename P::Input;
+    constexpr bool kWordsFit = sizeof(In) <= 4 && !std::is_integral_v<In>;
+    bool column_words = false;
+    if constexpr (kWordsFit) {
+      column_words = columns && !wide_access_disabled() && problem.template rows_in_words<kColumnWordRows>();
+    }
+    const int64_t chunk_length = columns ? column_chunk_length(g, column_words ? kColumnWordRows : 1)
+                                         : int64_t{row_tile_threads} * Policy::kItems;
     const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
     const int64_t pieces = g.rows * chunks;
     void* partials = ctx.workspace->allocate(2 * pieces * sizeof(Value));
@@ -261,8 +334,15 @@ struct SegmentReduceEngine {
     if (columns) {
       parts.row_step = 1;
       parts.chunk_step = g.rows;
-      const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, kMaxBlocks);
-      segment_reduce_columns_kernel<P><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(problem, g, parts, segments, chunks);
+      const int64_t threads = column_words ? pieces / kColumnWordRows : pieces;
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, kMaxBlocks));
+      const auto launch = [&](auto kernel) { kernel<<<blocks, 256, 0, stream>>>(problem, g, parts, segments, chunks); };
+      if constexpr (kWordsFit) {
+        if (column_words) launch(segment_reduce_columns_kernel<P, kColumnWordRows>);
+        else launch(segment_reduce_columns_kernel<P, 1>);
+      } else {
+        launch(segment_reduce_columns_kernel<P, 1>);
+      }
     } else {
       parts.row_step = chunks;
       parts.chunk_step = 1;

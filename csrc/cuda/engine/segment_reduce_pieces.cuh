@@ -22,32 +22,37 @@ struct PiecePartials {
   PP_HD int64_t at(int64_t row, int64_t chunk) const { return row * row_step + chunk * chunk_step; }
 };
 
-// The fold of one piece's positions in order, as they arrive: restarts at a segment start,
-// writes a segment that ends after starting in this piece, and hands the rest to the partials.
-template <class P>
+// The fold of one piece's positions in order, as they arrive, for kRows rows that share their
+// segments (a thread of the columns pass): restarts at a segment start, writes a segment that
+// ends after starting in this piece, and hands the rest to the partials.
+template <class P, int kRows>
 struct PieceFold {
   using M = typename P::Monoid;
   using Value = typename P::Value;
-  Value running;
+  Value running[kRows];
   bool started_here;  // whether the segment being folded started inside this piece
 
-  // The value at `pos` (segment `segment`), whether it starts or ends its segment, and whether it
-  // is the last position of the piece. `writes`: whether this thread stores what ends here (a
-  // warp that folds a whole tile as one value keeps the fold in every lane and stores once).
-  __device__ __forceinline__ void add(const P& problem, const PiecePartials<Value>& parts, int64_t row,
-                                      int64_t chunk, int64_t segment, const Value& v, bool head,
-                                      bool ends_segment, bool ends_piece, bool writes = true) {
-    if (head) {
-      running = v;
-      started_here = true;
-    } else {
-      running = M::combine(running, v);
-    }
-    if (!writes) return;
+  __device__ __forceinline__ void start() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) running[r] = M::identity();
+    started_here = false;
+  }
+
+  // The values at one position of rows first_row, first_row + 1, ... (in segment `segment`),
+  // whether the position starts or ends its segment, and whether it is the last of the piece.
+  __device__ __forceinline__ void add(const P& problem, const PiecePartials<Value>& parts, int64_t first_row,
+                                      int64_t chunk, int64_t segment, const Value (&v)[kRows], bool head,
+                                      bool ends_segment, bool ends_piece) {
+    if (head) started_here = true;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) running[r] = head ? v[r] : M::combine(running[r], v[r]);
     if (ends_segment && started_here) {
-      problem.store_final(row, segment, running);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) problem.store_final(first_row + r, segment, running[r]);
     } else if (ends_segment || ends_piece) {
-      (started_here ? parts.tail : parts.head)[parts.at(row, chunk)] = running;
+      Value* partial = started_here ? parts.tail : parts.head;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) partial[parts.at(first_row + r, chunk)] = running[r];
     }
   }
 };
