@@ -333,9 +333,8 @@ struct RowScan {
     const int64_t end = int64_t{at.end_tile} * kTile < g.len ? int64_t{at.end_tile} * kTile : g.len;
     const int64_t pos = summary ? end - 1 : int64_t{at.tile} * kTile;
     if (threadIdx.x < 32) {
-      int64_t found[2];
-      warp_find_segments(g, {pos, pos}, found);
-      if (threadIdx.x == 0) smem.unit_first = found[0];
+      const int64_t found = warp_find_segment(g, pos);
+      if (threadIdx.x == 0) smem.unit_first = found;
     }
     __syncthreads();
     const int64_t first = smem.unit_first;

@@ -168,13 +168,11 @@ struct StreamPiece {
 
   // Finds the sequence holding the piece's first position and the ends of the next ones.
   __device__ __forceinline__ void enter() {
-    int64_t first[2];
-    warp_find_segments(g, {begin, begin}, first);
-    s.segment = first[0];
+    s.segment = warp_find_segment(g, begin);
     s.load_ends(g, begin, limit());
     s.lo = 0;
     s.end = shfl_idx(s.ends, 0);
-    s.started_here = clamped_start(g, first[0]) >= begin;
+    s.started_here = clamped_start(g, s.segment) >= begin;
     acc = M::identity();
   }
 

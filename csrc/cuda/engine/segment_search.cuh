@@ -24,37 +24,23 @@ __device__ __forceinline__ void clamped_bounds(const ScanGeometry& g, int64_t se
   clamp_bounds(g, g.segment_start(segment), g.segment_start(segment + 1), begin, end);
 }
 
-// The segments holding positions `pos[0]` and `pos[1]`: for each, the last k with
-// segment_start(k) <= pos, found by the whole warp, each round probing 32 offsets evenly spread
-// over what is left (four rounds for 65536 segments); the two searches share their rounds, so
-// their loads are in flight together. Offsets are clamped into [0, len]; invalid (unsorted)
+// The segment holding position `pos`: the last k with segment_start(k) <= pos, found by the
+// whole warp (every lane gets it), each round probing 32 offsets evenly spread over what is left
+// (four rounds for 65536 segments). Offsets are clamped into [0, len]; invalid (unsorted)
 // offsets give some k in range.
-__device__ __forceinline__ void warp_find_segments(const ScanGeometry& g, const int64_t (&pos)[2],
-                                                   int64_t (&found)[2]) {
+__device__ __forceinline__ int64_t warp_find_segment(const ScanGeometry& g, int64_t pos) {
   const int lane = threadIdx.x & 31;
-  int64_t lo[2] = {0, 0}, hi[2] = {g.num_segments() - 1, g.num_segments() - 1};
-  while (lo[0] < hi[0] || lo[1] < hi[1]) {
-    int64_t step[2];
-    bool before[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      step[i] = (hi[i] - lo[i] + 32) / 32;  // lane 0 probes lo itself
-      const int64_t k = lo[i] + lane * step[i];
-      before[i] = lo[i] < hi[i] && k <= hi[i] && clamped_start(g, k) <= pos[i];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const unsigned probed = __ballot_sync(kFullMask, before[i]);
-      if (lo[i] < hi[i]) {
-        const int last = probed == 0 ? 0 : 31 - __clz(probed);
-        const int64_t next_lo = lo[i] + last * step[i];
-        hi[i] = min(hi[i], next_lo + step[i] - 1);
-        lo[i] = next_lo;
-      }
-    }
+  int64_t lo = 0, hi = g.num_segments() - 1;
+  while (lo < hi) {
+    const int64_t step = (hi - lo + 32) / 32;  // lane 0 probes lo itself
+    const int64_t k = lo + lane * step;
+    const unsigned probed = __ballot_sync(kFullMask, k <= hi && clamped_start(g, k) <= pos);
+    const int last = probed == 0 ? 0 : 31 - __clz(probed);
+    const int64_t next_lo = lo + last * step;
+    hi = min(hi, next_lo + step - 1);
+    lo = next_lo;
   }
-  found[0] = lo[0];
-  found[1] = lo[1];
+  return lo;
 }
 
 }  // namespace parprims::cuda
