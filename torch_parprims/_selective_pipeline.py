@@ -8,7 +8,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ._collectives import chain_neighbours, global_rank, recv, send, wait_all
-from .distributed import _SELECTIVE_INPUTS, _ScanSpec, _grad_leaf, _run_selective
+from ._selective_slices import SELECTIVE_INPUTS, ScanSpec, grad_leaf, run_selective
 
 
 def _channel_cuts(dim: int, chunks: int, B: torch.Tensor, C: torch.Tensor):
@@ -56,11 +56,11 @@ class PipelinedSelectiveScan(torch.autograd.Function):
     same pipeline from the last rank to the first with the gradients of those states."""
 
     @staticmethod
-    def forward(ctx, spec: _ScanSpec, chunks: int, *inputs):
+    def forward(ctx, spec: ScanSpec, chunks: int, *inputs):
         import torch.distributed as dist
 
-        args = dict(zip(_SELECTIVE_INPUTS, inputs))
-        needs = dict(zip(_SELECTIVE_INPUTS, ctx.needs_input_grad[2:]))
+        args = dict(zip(SELECTIVE_INPUTS, inputs))
+        needs = dict(zip(SELECTIVE_INPUTS, ctx.needs_input_grad[2:]))
         u, A = args["u"], args["A"]
         dim, states = u.shape[1], A.shape[-1]
         rows = spec.cu_seqlens.numel() - 1 if spec.cu_seqlens is not None else u.shape[0]
@@ -70,13 +70,13 @@ class PipelinedSelectiveScan(torch.autograd.Function):
         cuts = _channel_cuts(dim, chunks, args["B"], args["C"])
         pieces, outs, lasts, sends = [], [], [], []
         for lo, hi in zip(cuts[:-1], cuts[1:]):
-            leaves = {name: _grad_leaf(_piece(name, x, lo, hi, dim), needs[name]) for name, x in args.items()}
+            leaves = {name: grad_leaf(_piece(name, x, lo, hi, dim), needs[name]) for name, x in args.items()}
             entering = leaves["initial_state"]  # rank 0 reads it; the others the state received
             if not first:
                 received = recv((rows, hi - lo, states), state_dtype, u.device, previous, spec.group)
                 entering = received.requires_grad_(any(ctx.needs_input_grad))
             with torch.enable_grad():
-                out, leaving = _run_selective(leaves, spec, entering)
+                out, leaving = run_selective(leaves, spec, entering)
             if not last:
                 sends.append(send(leaving.detach(), following, spec.group))
             pieces.append((lo, hi, leaves, entering))
@@ -103,7 +103,7 @@ class PipelinedSelectiveScan(torch.autograd.Function):
         total_last = grad_last.clone() if grad_last is not None else piece.new_zeros(
             (piece.shape[0], ctx.dim, piece.shape[2]))
         dist.all_reduce(total_last, group=spec.group)
-        parts = {name: [] for name in _SELECTIVE_INPUTS}
+        parts = {name: [] for name in SELECTIVE_INPUTS}
         sends = []
         for (lo, hi, leaves, entering), out, leaving in zip(ctx.pieces, ctx.outs, ctx.lasts):
             if last:
@@ -125,7 +125,7 @@ class PipelinedSelectiveScan(torch.autograd.Function):
                 parts[name].append((lo, hi, g))
         wait_all(sends)
         grads = [_merge(name, parts[name], ctx.inputs[name], ctx.dim) if parts[name] else None
-                 for name in _SELECTIVE_INPUTS]
+                 for name in SELECTIVE_INPUTS]
         return (None, None, *grads)
 
 

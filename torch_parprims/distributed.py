@@ -4,22 +4,18 @@ across the ranks of a process group.
 Importing this module does not initialize (or need) a process group; the collectives run only
 when a function is called, through ``torch.distributed`` (NCCL on GPUs, gloo on the CPU).
 """
-from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
-from ._collectives import all_gather as _all_gather
+from ._affine_allgather import AllGatherAffineScan
+from ._affine_pipeline import PipelinedAffineScan, default_groups
 from ._collectives import local_cu_seqlens
 from ._distributed_conv import causal_conv1d, slice_start
+from ._selective_allgather import AllGatherSelectiveScan
+from ._selective_pipeline import PipelinedSelectiveScan
+from ._selective_slices import ScanSpec
 from .ops import _args
-from .ops.affine import affine_scan as _local_affine_scan
-from .ops.reduce import segment_reduce as _segment_reduce
-from .ops.selective_scan import selective_scan as _local_selective_scan
-
-_ops = torch.ops.parprims
 
 __all__ = ["affine_scan", "selective_scan", "causal_conv1d", "local_cu_seqlens", "slice_start"]
 
@@ -148,9 +144,7 @@ def affine_scan(
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     offsets = None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens)
     if schedule == "all_gather":
-        return _AffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
-    from ._affine_pipeline import PipelinedAffineScan, default_groups
-
+        return AllGatherAffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates)
     chunks = default_groups(b, dim) if pipeline_chunks is None else pipeline_chunks
     return PipelinedAffineScan.apply(a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates, chunks)
 
@@ -163,117 +157,6 @@ def _check_schedule(schedule, pipeline_chunks, optional: bool = False) -> None:
     if isinstance(pipeline_chunks, bool) or not isinstance(pipeline_chunks, int) or pipeline_chunks < 1:
         expected = "a positive int or None" if optional else "a positive int"
         raise ValueError(f"pipeline_chunks: expected {expected}, got {pipeline_chunks!r}")
-
-
-# ---- the affine monoid over ranks -----------------------------------------------------------
-
-
-def _scan_order(rank: int, world: int, reverse: bool):
-    """The ranks whose slices the scan passes before ``rank``'s, in the order it passes them."""
-    return range(world - 1, rank, -1) if reverse else range(rank)
-
-
-def _compose(products: torch.Tensor, finals: torch.Tensor, ranks, start: torch.Tensor) -> torch.Tensor:
-    """The state after passing ``ranks`` in order from ``start``: ``s = P_r * s + f_r`` each."""
-    state = start
-    for r in ranks:
-        state = torch.addcmul(finals[r], products[r], state)
-    return state
-
-
-def _gate_product(a: torch.Tensor, b: torch.Tensor, dim: int, log_gates: bool, state: torch.Tensor, offsets):
-    """The product of the gates along ``dim`` for every row (and sequence, with ``offsets``),
-    in the state's dtype and shape.
-
-    ``a`` is expanded (not copied) to ``b``'s length along ``dim``, so a gate of size 1 there
-    counts once per step. An empty slice (or sequence) gives 1 (the identity map)."""
-    if offsets is not None:
-        # Per sequence: the recurrence from 1 with no input ends at the product of the gates.
-        no_input = torch.zeros((), dtype=b.dtype, device=b.device).expand(b.shape)
-        _, product = _local_affine_scan(a, no_input, dim, torch.ones_like(state), offsets, log_gates=log_gates)
-        return product
-    shape = [1] * (b.dim() - a.dim()) + list(a.shape)
-    shape[dim] = b.shape[dim]
-    gates = a.reshape([1] * (b.dim() - a.dim()) + list(a.shape)).expand(shape).to(state.dtype)
-    product = gates.sum(dim).exp() if log_gates else gates.prod(dim)
-    return product.expand_as(state)
-
-
-# ---- autograd -------------------------------------------------------------------------------
-
-
-class _AffineScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b, initial_state, offsets, dim, group, rank, world, reverse, log_gates):
-        first = rank == (world - 1 if reverse else 0)
-        # Pass 1: the local scan from a zero state (from initial_state on the first rank, whose
-        # h is then already final).
-        h, local_final = _local_affine_scan(a, b, dim, initial_state if first else None, offsets, reverse,
-                                            log_gates)
-        if first:
-            # Nothing enters the first rank's slice but initial_state, already folded in.
-            product = torch.zeros_like(local_final)
-        else:
-            product = _gate_product(a, b, dim, log_gates, local_final, offsets)
-            del h  # freed before pass 2 allocates its own h
-        summaries = _all_gather(torch.stack([product, local_final]), world, group)
-        products, finals = summaries[:, 0], summaries[:, 1]
-        zero = torch.zeros_like(local_final)
-        carry = _compose(products, finals, _scan_order(rank, world, reverse), zero)
-        everything = range(world - 1, -1, -1) if reverse else range(world)
-        final_state = _compose(products, finals, everything, zero)
-        if not first:
-            # Pass 2: the exact local result from the carry-in.
-            h, _ = _local_affine_scan(a, b, dim, carry, offsets, reverse, log_gates)
-        ctx.dim, ctx.group, ctx.rank, ctx.world = dim, group, rank, world
-        ctx.reverse, ctx.log_gates, ctx.first = reverse, log_gates, first
-        ctx.initial_dtype = None if initial_state is None else initial_state.dtype
-        ctx.save_for_backward(a, b, carry if not first else initial_state, products, offsets)
-        return h, final_state
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_h, grad_final):
-        a, b, carry, products, offsets = ctx.saved_tensors
-        dim, reverse, rank, world = ctx.dim, ctx.reverse, ctx.rank, ctx.world
-        gate = a.exp() if ctx.log_gates else a
-        gate = gate.conj() if gate.is_complex() else gate
-        gate = gate.expand_as(b)
-        if grad_h is None:
-            grad_h = torch.zeros_like(b)
-        if grad_final is None:
-            grad_final = torch.zeros(products.shape[1:], dtype=products.dtype, device=products.device)
-        # mu_t = conj(a_t) * (grad_h_t + mu_{t+1}): the gradient reaching the state before step
-        # t runs against the scan; the state gradient leaving a slice is an affine map of the
-        # one entering it, with the same gate product (conjugated) as the forward's.
-        weighted = gate * grad_h
-        _, local_state_grad = _local_affine_scan(gate, weighted, dim, None, offsets, not reverse)
-        summaries = _all_gather(torch.stack([local_state_grad, grad_final]), world, ctx.group)
-        state_grads, final_grads = summaries[:, 0], summaries[:, 1]
-        # final_state is replicated: its gradient is the sum of every rank's.
-        total_final_grad = final_grads.sum(0)
-        later = _scan_order(rank, world, not reverse)
-        products_c = products.conj() if products.is_complex() else products
-        grad_carry_in = _compose(products_c, state_grads, later, total_final_grad)
-        # The library's backward from that gradient carry (pass 2 of the reverse scheme).
-        after, grad_carry = _ops._affine_scan_exclusive(gate, weighted, dim, grad_carry_in, offsets, not reverse, False)
-        del weighted
-        # In place, into buffers the scans just allocated: the peak memory stays that of the
-        # inputs plus two arrays of b's size, for sequences as long as a device holds.
-        lam = after.add_(grad_h)
-        grad_a = None
-        if ctx.needs_input_grad[0]:
-            h_prev, _ = _ops._affine_scan_exclusive(a, b, dim, carry, offsets, reverse, ctx.log_gates)
-            grad_a = (h_prev.conj_physical_() if h_prev.is_complex() else h_prev).mul_(lam)
-            if ctx.log_gates:
-                grad_a.mul_(gate)
-            grad_a = grad_a.sum_to_size(a.shape)
-        grad_initial = None
-        if ctx.initial_dtype is not None and ctx.needs_input_grad[2]:
-            # Only the first rank read initial_state; elsewhere it had no effect.
-            grad_initial = grad_carry if ctx.first else torch.zeros_like(grad_carry)
-            grad_initial = grad_initial.to(ctx.initial_dtype)
-        return grad_a, lam, grad_initial, None, None, None, None, None, None, None
 
 
 # ---- the selective scan -------------------------------------------------------------------
@@ -373,129 +256,10 @@ def selective_scan(
     for name, value in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
         _args.expect_tensor(name, value)
     _check_schedule(schedule, pipeline_chunks)
-    spec = _ScanSpec(group, dist.get_rank(group), dist.get_world_size(group), _args.expect_bool(
+    spec = ScanSpec(group, dist.get_rank(group), dist.get_world_size(group), _args.expect_bool(
         "delta_softplus", delta_softplus), None if cu_seqlens is None else _args.expect_tensor("cu_seqlens", cu_seqlens))
     if schedule == "all_gather":
-        return _SelectiveScan.apply(spec, u, delta, A, B, C, D, z, delta_bias, initial_state)
-    from ._selective_pipeline import PipelinedSelectiveScan
-
+        return AllGatherSelectiveScan.apply(spec, u, delta, A, B, C, D, z, delta_bias, initial_state)
     return PipelinedSelectiveScan.apply(spec, pipeline_chunks, u, delta, A, B, C, D, z, delta_bias, initial_state)
 
 
-@dataclass(frozen=True)
-class _ScanSpec:
-    group: Any
-    rank: int
-    world: int
-    delta_softplus: bool
-    cu_seqlens: Optional[torch.Tensor]
-
-
-_SELECTIVE_INPUTS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state")
-
-
-def _run_selective(args: dict, spec: _ScanSpec, initial_state):
-    return _local_selective_scan(args["u"], args["delta"], args["A"], args["B"], args["C"], args["D"], args["z"],
-                                 args["delta_bias"], spec.delta_softplus, initial_state, spec.cu_seqlens)
-
-
-def _decay_product(args: dict, spec: _ScanSpec, like: torch.Tensor) -> torch.Tensor:
-    """exp(A * sum_t delta_t) over this slice, per row (or sequence), channel and state: the
-    factor by which the slice scales the state entering it. ``like``: a state (dtype, shape)."""
-    delta = args["delta"].to(like.dtype)
-    if args["delta_bias"] is not None:
-        delta = delta + args["delta_bias"].to(like.dtype)[:, None]
-    if spec.delta_softplus:
-        delta = F.softplus(delta)  # threshold 20, as the op
-    if spec.cu_seqlens is None:
-        total = delta.sum(-1)  # (batch, dim)
-    else:
-        total = _segment_reduce(delta[0], spec.cu_seqlens, "sum", dim=-1).t()  # (S, dim)
-    return torch.exp(args["A"].to(like.dtype) * total[..., None])
-
-
-def _chain(products: torch.Tensor, finals: torch.Tensor):
-    """The state entering each rank's slice (a zero state enters the first) and the one leaving
-    the last, composing ``s = P_r * s + f_r`` in rank order."""
-    state = torch.zeros_like(finals[0])
-    carries = []
-    for r in range(finals.shape[0]):
-        carries.append(state)
-        state = torch.addcmul(finals[r], products[r], state)
-    return torch.stack(carries), state
-
-
-def _grad_leaf(x, needed: bool):
-    if not isinstance(x, torch.Tensor):
-        return x
-    return x.detach().requires_grad_(needed and (x.is_floating_point() or x.is_complex()))
-
-
-class _SelectiveScan(torch.autograd.Function):
-    """Keeps the autograd graphs of the local passes (run on detached leaves) and, in the
-    backward, differentiates them and the rank chain explicitly, so that every rank takes part
-    in the backward's one all-gather whatever its loss reads."""
-
-    @staticmethod
-    def forward(ctx, spec: _ScanSpec, *inputs):
-        leaves = [_grad_leaf(x, need) for x, need in zip(inputs, ctx.needs_input_grad[1:])]
-        args = dict(zip(_SELECTIVE_INPUTS, leaves))
-        first = spec.rank == 0
-        with torch.enable_grad():
-            # Pass 1: the slice from a zero state (rank 0: from initial_state, already final).
-            out, local_final = _run_selective(args, spec, args["initial_state"] if first else None)
-            product = torch.zeros_like(local_final) if first else _decay_product(args, spec, local_final)
-        gathered = _all_gather(torch.stack([product, local_final]).detach(), spec.world, spec.group)
-        carries, last_state = _chain(gathered[:, 0], gathered[:, 1])
-        carry = None
-        if not first:
-            # Pass 2: the slice from the state the ranks before it leave.
-            carry = carries[spec.rank].clone().requires_grad_(any(ctx.needs_input_grad))
-            with torch.enable_grad():
-                out, _ = _run_selective(args, spec, carry)
-        ctx.spec, ctx.leaves, ctx.out, ctx.carry = spec, leaves, out, carry
-        ctx.product, ctx.local_final, ctx.gathered = product, local_final, gathered
-        return out.detach(), last_state
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out, grad_last):
-        spec = ctx.spec
-        first = spec.rank == 0
-        if grad_out is None:
-            grad_out = torch.zeros_like(ctx.out)
-        if grad_last is None:
-            grad_last = torch.zeros_like(ctx.local_final)
-        wanted = [i for i, x in enumerate(ctx.leaves) if isinstance(x, torch.Tensor) and x.requires_grad]
-        wanted_leaves = [ctx.leaves[i] for i in wanted]
-        grads = [None] * len(_SELECTIVE_INPUTS)
-
-        def accumulate(new):
-            for i, g in zip(wanted, new):
-                if g is not None:
-                    grads[i] = g if grads[i] is None else grads[i] + g
-
-        # What this rank's out says about its inputs and the state entering its slice (pass 2).
-        grad_carry = torch.zeros_like(ctx.local_final)
-        if not first:
-            *through_out, grad_carry = torch.autograd.grad(ctx.out, wanted_leaves + [ctx.carry], grad_out,
-                                                           allow_unused=True)
-            accumulate(through_out)
-            grad_carry = torch.zeros_like(ctx.local_final) if grad_carry is None else grad_carry
-        # Every rank's, through the chain, to this rank's (P, f).
-        every = _all_gather(torch.stack([grad_carry, grad_last]), spec.world, spec.group)
-        summaries = ctx.gathered.detach().requires_grad_()
-        with torch.enable_grad():
-            carries, last_state = _chain(summaries[:, 0], summaries[:, 1])
-            total = (carries * every[:, 0]).sum() + (last_state * every[:, 1].sum(0)).sum()
-        grad_product, grad_final = torch.autograd.grad(total, summaries)[0][spec.rank]
-        # Through pass 1 (rank 0: its out and its last state come from that one pass).
-        if first:
-            outputs, seeds = [ctx.out, ctx.local_final], [grad_out, grad_final]
-        else:
-            outputs, seeds = [ctx.product, ctx.local_final], [grad_product, grad_final]
-        linked = [(o, g) for o, g in zip(outputs, seeds) if o.requires_grad]
-        if wanted_leaves and linked:
-            accumulate(torch.autograd.grad([o for o, _ in linked], wanted_leaves, [g for _, g in linked],
-                                           allow_unused=True))
-        return (None, *grads)
