@@ -120,15 +120,9 @@ struct Engine {
     using K = RowScan<P, kPacked>;
     static const int per_sm = blocks_per_sm(row_scan_kernel<P, kPacked>, K::kThreads);
     const int64_t resident = int64_t{per_sm} * ctx.sm_count;
-    // The row kernel counts rows, spans and tiles in 32 bits (far above any tensor that fits),
-    // and a tile's sequences relative to its first in 32 bits.
-    const bool counts_fit = g.rows * ((g.len + K::kTile - 1) / K::kTile) < (int64_t{1} << 30) &&
-                            g.num_segments() < (int64_t{1} << 31);
-    if (!counts_fit) return false;
+    if (!K::counts_fit(g)) return false;
     if (g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count && g.len >= K::kMinRowLength) {
-      SpanPlan whole_rows;
-      whole_rows.length = g.len;
-      launch_rows<P, kPacked>(problem, g, whole_rows, resident);
+      launch_rows<P, kPacked>(problem, g, SpanPlan::whole_rows(g.len), resident);
       return true;
     }
     const SpanPlan spans = plan_spans(g.rows, g.len, K::kTile, resident, kPacked ? kPackedSpanWaves : kSpanWaves);
@@ -143,12 +137,9 @@ struct Engine {
   template <class P>
   bool try_warp_rows(const P& problem, const ScanGeometry& g) const {
     using W = RowScan<P, false, true>;
-    if (g.len < W::kMinRowLength || g.len >= RowScan<P, false>::kTile) return false;
-    if (g.rows * ((g.len + W::kTile - 1) / W::kTile) >= (int64_t{1} << 30)) return false;  // (counts in 32 bits)
+    if (g.len < W::kMinRowLength || g.len >= RowScan<P, false>::kTile || !W::counts_fit(g)) return false;
     static const int per_sm = blocks_per_sm(row_scan_kernel<P, false, true>, W::kThreads);
-    SpanPlan whole_rows;
-    whole_rows.length = g.len;
-    launch_rows<P, false, true>(problem, g, whole_rows, int64_t{per_sm} * ctx.sm_count);
+    launch_rows<P, false, true>(problem, g, SpanPlan::whole_rows(g.len), int64_t{per_sm} * ctx.sm_count);
     return true;
   }
 

@@ -57,6 +57,12 @@ struct RowScan {
   static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kPackedMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
   static_assert(32 % kItems == 0 && kTile % 32 == 0, "a thread's items take bits of one mask word");
 
+  // Whether the kernel's counts fit: it counts rows, spans and tiles in 32 bits (far above any
+  // tensor that fits), and a tile's sequences relative to its first in 32 bits.
+  static bool counts_fit(const ScanGeometry& g) {
+    return g.rows * ((g.len + kTile - 1) / kTile) < (int64_t{1} << 30) && g.num_segments() < (int64_t{1} << 31);
+  }
+
   // The packed sequences of one tile (kPacked): bit masks of the positions that start and end
   // a sequence (sequences without positions are skipped, as everywhere in the engine), the
   // sequence at each marked position (counted from `first`, the one holding the tile's first

@@ -19,6 +19,13 @@ struct SpanPlan {
   void* totals = nullptr;   // (count - 1, rows) values: each span's total after the summary
                             // pass, then (after span_carry_kernel) the carry out of it
 
+  // Rows of `len` not cut: one span a row.
+  static SpanPlan whole_rows(int64_t len) {
+    SpanPlan plan;
+    plan.length = len;
+    return plan;
+  }
+
   // The positions [begin, end) of span `span` in a row of `len`.
   __host__ __device__ int64_t begin(int64_t span) const { return span * length; }
   __host__ __device__ int64_t end(int64_t span, int64_t len) const {
@@ -31,8 +38,7 @@ struct SpanPlan {
 // `kSpanFreeSlotsFraction` of the slots over their waves, or when rows are too short to cut.
 inline SpanPlan plan_spans(int64_t units, int64_t len, int64_t tile_length, int64_t resident,
                            int span_waves = kSpanWaves) {
-  SpanPlan plan;
-  plan.length = len;
+  SpanPlan plan = SpanPlan::whole_rows(len);
   const int64_t waves = (units + resident - 1) / resident;
   if (static_cast<double>(units) >= kSpanFreeSlotsFraction * static_cast<double>(waves * resident)) return plan;
   const int64_t tiles = (len + tile_length - 1) / tile_length;
