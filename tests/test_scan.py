@@ -378,7 +378,7 @@ def test_double_backward_of_mul_raises_a_clear_error(device):
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", (((1 << 31) + 3,), (1024, (1 << 21) + 1)), ids=("one_row", "many_rows"))
 def test_scan_beyond_2_to_31_elements(shape, device):
-    """Index arithmetic past 2^31: one row longer than 2^31 (the flat kernel) and 2^31 + 1024
+    """Index arithmetic past 2^31: one row longer than 2^31 (the row loop cut into spans) and 2^31 + 1024
     elements in rows (the row-loop kernel). Ones of int32 summed into int64 are exact: the
     output at position t of a row is t + 1."""
     if not device.startswith("cuda"):
