@@ -86,30 +86,40 @@ struct TileState {
 
 // Warp-cooperative look-back over the tiles before `tile` in its chain (`step` apart): lanes
 // inspect 32 predecessors at once. Called by one whole warp; every lane returns the prefix.
-// `Seg` is the segmented lift; `first` is the first tile of the chain.
-template <class Seg>
-__device__ __forceinline__ typename Seg::value_type look_back_warp(
-    const TileState<typename Seg::value_type>& state, int64_t tile, int64_t first, int64_t step) {
-  using T = typename Seg::value_type;
+// `Mon` is the monoid of the published values; `starts_chain(v)` says whether an aggregate is
+// independent of everything before it (a segment head under the segmented lift), which ends the
+// look-back as a prefix does; `first` is the first tile of the chain.
+template <class Mon, class StartsChain>
+__device__ __forceinline__ typename Mon::value_type look_back_warp(
+    const TileState<typename Mon::value_type>& state, int64_t tile, int64_t first, int64_t step,
+    StartsChain starts_chain) {
+  using T = typename Mon::value_type;
   const int lane = threadIdx.x & 31;
-  T prefix = Seg::identity();
+  T prefix = Mon::identity();
   for (int64_t base = tile - step; base >= first; base -= 32 * step) {
     const int64_t pred = base - lane * step;
-    T v = Seg::identity();
+    T v = Mon::identity();
     bool stop = true;
     if (pred >= first) {
       bool is_prefix;
       v = state.wait(pred, is_prefix);
-      stop = is_prefix || v.head;
+      stop = is_prefix || starts_chain(v);
     }
     const unsigned stops = __ballot_sync(kFullMask, stop);
     const int nearest = stops ? __ffs(stops) - 1 : 31;
-    if (lane > nearest) v = Seg::identity();
-    const T window = shfl_idx(warp_reduce_backwards<Seg>(v), 0);
-    prefix = Seg::combine(window, prefix);
+    if (lane > nearest) v = Mon::identity();
+    const T window = shfl_idx(warp_reduce_backwards<Mon>(v), 0);
+    prefix = Mon::combine(window, prefix);
     if (stops) break;
   }
   return prefix;
+}
+
+// The same under the segmented lift `Seg`: an aggregate that starts a segment ends the look-back.
+template <class Seg>
+__device__ __forceinline__ typename Seg::value_type look_back_warp(
+    const TileState<typename Seg::value_type>& state, int64_t tile, int64_t first, int64_t step) {
+  return look_back_warp<Seg>(state, tile, first, step, [](const typename Seg::value_type& v) { return v.head; });
 }
 
 // The deterministic carry-in: the predecessor's inclusive prefix and nothing else, so that the
