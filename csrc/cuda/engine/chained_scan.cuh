@@ -3,9 +3,8 @@
 // 64 KB of values, a block per chunk, chained by a decoupled look-back (lookback.cuh):
 //
 //   1. the block claims the next chunk (a counter: chunks start in order, so every chunk's
-//      predecessors are running or done) and scans it locally, sub-tile by sub-tile as the row
-//      loop walks a row (the next sub-tile's loads in flight during the current one's scan),
-//      keeping the local results in shared memory;
+//      predecessors are running or done), issues all of its loads at once into registers, and
+//      scans it locally in place, sub-tile by sub-tile (a row loop's tile each);
 //   2. warp 0 publishes the chunk's total, gathers the totals and prefixes of its predecessors
 //      32 at a time until one is a prefix (the row's first chunk always is), and publishes the
 //      chunk's own prefix;
@@ -39,31 +38,22 @@ constexpr bool kChainedRows = kWarpRows<P> && (sizeof(typename P::Value) == 4 ||
 template <class P>
 struct ChainedScan {
   // The loads, stores and tile scan of the one-warp row blocks (8 items a thread, whatever the
-  // input: 16 items of bfloat16 inputs, the row loop's, spilled at three blocks an SM), in
-  // wider blocks.
+  // input), in wider blocks.
   using Rows = RowScan<P, false, true>;
   using M = typename P::Monoid;
   using Value = typename M::value_type;
   static constexpr int kThreads = 256;
   static constexpr int kItems = Rows::kItems;
   static constexpr int kSubTile = kThreads * kItems;
-  // 64 KB of values a chunk: three blocks an SM in shared memory, 24 warps.
+  // 64 KB of values a chunk, all of its loads issued at once and held in registers (64 a
+  // thread): two blocks an SM, 16 warps, up to 128 KB of loads in flight.
   static constexpr int kChunkBytes = 64 * 1024;
   static constexpr int kSubTiles = kChunkBytes / (kSubTile * static_cast<int>(sizeof(Value)));
   static constexpr int64_t kChunk = int64_t{kSubTile} * kSubTiles;
-  static constexpr int kMinBlocksPerSM = 3;
+  static constexpr int kMinBlocksPerSM = 2;
   using Scan = BlockScan<M, kThreads>;
   using HeldItems = typename Rows::HeldItems;
-
-  // A thread's items go to shared memory in 16-byte vectors, laid out [sub-tile][vector][thread]
-  // so that a warp's vector stores and loads are contiguous (no bank conflicts).
-  static constexpr int kPerVector = 16 / static_cast<int>(sizeof(Value));
-  static constexpr int kVectors = kItems / kPerVector;
-  struct alignas(16) Vector {
-    Value v[kPerVector];
-  };
-  static_assert(kSubTiles >= 1 && kItems % kPerVector == 0, "a thread's items fill whole vectors");
-  static constexpr size_t kStagedBytes = size_t{kChunkBytes};
+  static_assert(kSubTiles >= 1, "a chunk holds whole sub-tiles");
 
   struct SharedStorage {
     typename Scan::Storage scan[2];  // used alternately, as the row loop's
@@ -72,44 +62,28 @@ struct ChainedScan {
     unsigned long long chunk;
   };
 
-  static __device__ __forceinline__ void stage(Vector* staged, int sub_tile, const Value (&values)[kItems]) {
-#pragma unroll
-    for (int v = 0; v < kVectors; ++v) {
-      Vector out;
-#pragma unroll
-      for (int i = 0; i < kPerVector; ++i) out.v[i] = values[v * kPerVector + i];
-      staged[(sub_tile * kVectors + v) * kThreads + threadIdx.x] = out;
-    }
-  }
-  static __device__ __forceinline__ void unstage(const Vector* staged, int sub_tile, Value (&values)[kItems]) {
-#pragma unroll
-    for (int v = 0; v < kVectors; ++v) {
-      const Vector in = staged[(sub_tile * kVectors + v) * kThreads + threadIdx.x];
-#pragma unroll
-      for (int i = 0; i < kPerVector; ++i) values[v * kPerVector + i] = in.v[i];
-    }
-  }
-
-  // Step 1: scans the chunk at logical position `begin` of `row` from the identity into
-  // `staged`, `sub_tiles` sub-tiles of it (those inside the row); returns the chunk's total.
+  // Step 1: scans the chunk at logical position `begin` of `row` from the identity, in place,
+  // its first `sub_tiles` sub-tiles (those inside the row); returns the chunk's total.
   template <class Cursor>
-  static __device__ __forceinline__ Value scan_locally(SharedStorage& smem, Vector* staged, const P& problem,
-                                                       const ScanGeometry& g, const Cursor& cursor, int64_t row,
-                                                       int64_t begin, int sub_tiles, bool wide) {
+  static __device__ __forceinline__ Value scan_locally(SharedStorage& smem, const P& problem, const ScanGeometry& g,
+                                                       const Cursor& cursor, int64_t row, int64_t begin,
+                                                       int sub_tiles, bool wide, Value (&values)[kSubTiles][kItems]) {
     const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
-    HeldItems held;
-    Rows::load(problem, g, cursor, begin + offset, wide, held);
+    HeldItems held[kSubTiles];
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j) {
+      if (j < sub_tiles) Rows::load(problem, g, cursor, begin + int64_t{j} * kSubTile + offset, wide, held[j]);
+    }
     Value carry = M::identity();
-    for (int j = 0; j < sub_tiles; ++j) {
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j) {
+      if (j >= sub_tiles) break;
       const int64_t pos = begin + int64_t{j} * kSubTile + offset;
-      Value current[kItems];
-      Rows::values_of(problem, g, pos, held, current);
-      const Value head = kHasHeads<P> && begin == 0 && j == 0 ? Rows::enter_row(problem, row, pos, current)
+      Rows::values_of(problem, g, pos, held[j], values[j]);
+      const Value head = kHasHeads<P> && begin == 0 && j == 0 ? Rows::enter_row(problem, row, pos, values[j])
                                                               : M::identity();
-      if (j + 1 < sub_tiles) Rows::load(problem, g, cursor, pos + kSubTile, wide, held);
-      carry = Rows::template scan_block_run<Scan>(smem.scan[j & 1], g, pos, carry, head, current,
+      carry = Rows::template scan_block_run<Scan>(smem.scan[j & 1], g, pos, carry, head, values[j],
                                                   [&](const Value& v) { smem.last_inclusive.value = v; });
-      stage(staged, j, current);
     }
     return carry;
   }
@@ -128,9 +102,6 @@ struct ChainedScan {
 
   static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Value>& state,
                              int64_t chunks_per_row, bool wide) {
-    // (Raw bytes: every instance declares the same extern array, whatever its value type.)
-    extern __shared__ __align__(16) unsigned char chained_scan_staged[];
-    Vector* staged = reinterpret_cast<Vector*>(chained_scan_staged);
     __shared__ SharedStorage smem;
     if (threadIdx.x == 0) smem.chunk = state.claim_tile();
     __syncthreads();
@@ -142,7 +113,8 @@ struct ChainedScan {
     const int sub_tiles = left >= kChunk ? kSubTiles : static_cast<int>((left + kSubTile - 1) / kSubTile);
     const auto cursor = problem.cursor(row);
 
-    const Value total = scan_locally(smem, staged, problem, g, cursor, row, begin, sub_tiles, wide);
+    Value values[kSubTiles][kItems];
+    const Value total = scan_locally(smem, problem, g, cursor, row, begin, sub_tiles, wide, values);
     if (threadIdx.x < 32) {
       const Value prefix = chain(state, chunk, row_first, total);
       if (threadIdx.x == 0) smem.prefix.value = prefix;
@@ -153,14 +125,14 @@ struct ChainedScan {
     const bool has_prefix = chunk != row_first;
     const Value prefix = smem.prefix.value;
     const int64_t offset = static_cast<int64_t>(threadIdx.x) * kItems;
-    for (int j = 0; j < sub_tiles; ++j) {
-      Value values[kItems];
-      unstage(staged, j, values);
+#pragma unroll
+    for (int j = 0; j < kSubTiles; ++j) {
+      if (j >= sub_tiles) break;
       if (has_prefix) {
 #pragma unroll
-        for (int k = 0; k < kItems; ++k) values[k] = M::combine(prefix, values[k]);
+        for (int k = 0; k < kItems; ++k) values[j][k] = M::combine(prefix, values[j][k]);
       }
-      Rows::store(problem, g, cursor, begin + int64_t{j} * kSubTile + offset, wide, values);
+      Rows::store(problem, g, cursor, begin + int64_t{j} * kSubTile + offset, wide, values[j]);
     }
     if (kHasFinalStates<P> && threadIdx.x == 0 && left <= kChunk) {
       const Value last = smem.last_inclusive.value;

@@ -18,7 +18,6 @@
 
 #include <c10/cuda/CUDAException.h>
 
-#include <atomic>
 #include <cstdlib>
 
 #include "../launch_context.h"
@@ -72,20 +71,6 @@ inline bool warp_rows_disabled() {
 inline bool chained_rows_disabled() {
   static const bool off = env_flag_set("PARPRIMS_NO_CHAINED_ROWS");
   return off;
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KB) on the current
-// device, and prefer shared memory to L1 there; once per device (`devices_done`: a bit each).
-template <class Kernel>
-void allow_dynamic_shared_memory(Kernel kernel, int bytes, std::atomic<unsigned long long>& devices_done) {
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  const unsigned long long bit = 1ull << (device & 63);
-  if (devices_done.load(std::memory_order_acquire) & bit) return;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
-  devices_done.fetch_or(bit, std::memory_order_release);
 }
 
 // Blocks of `kernel` (with `threads` threads) that run at once on one SM (at least one).
@@ -170,10 +155,8 @@ struct Engine {
     const int64_t chunks_per_row = (g.len + K::kChunk - 1) / K::kChunk;
     const int64_t chunks = g.rows * chunks_per_row;
     if (chunks > 0x7fffffff) return false;
-    static std::atomic<unsigned long long> devices_done{0};
-    allow_dynamic_shared_memory(chained_scan_kernel<P>, static_cast<int>(K::kStagedBytes), devices_done);
     auto state = make_tile_state<typename K::Value>(ctx, chunks, true);
-    chained_scan_kernel<P><<<static_cast<unsigned>(chunks), K::kThreads, K::kStagedBytes, ctx.stream>>>(
+    chained_scan_kernel<P><<<static_cast<unsigned>(chunks), K::kThreads, 0, ctx.stream>>>(
         problem, g, state, chunks_per_row, !wide_access_disabled());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return true;
