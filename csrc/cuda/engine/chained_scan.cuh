@@ -7,7 +7,7 @@
 //      scans it locally in place, sub-tile by sub-tile (a row loop's tile each);
 //   2. warp 0 publishes the chunk's total, gathers the totals and prefixes of its predecessors
 //      32 at a time until one is a prefix (the row's first chunk always is), and publishes the
-//      chunk's own prefix;
+//      chunk's own prefix (status and value in one word: WordTileState);
 //   3. every thread combines that prefix into its local results and stores them.
 //
 // The input is read once. The row loop over spans (spans.cuh) reads it twice (a summary pass,
@@ -90,7 +90,7 @@ struct ChainedScan {
 
   // Step 2 (warp 0): publishes the chunk's total and then its inclusive prefix; returns its
   // exclusive prefix (the identity for a row's first chunk).
-  static __device__ __forceinline__ Value chain(const TileState<Value>& state, int64_t chunk, int64_t row_first,
+  static __device__ __forceinline__ Value chain(const WordTileState<Value>& state, int64_t chunk, int64_t row_first,
                                                 const Value& total) {
     const bool starts_row = chunk == row_first;
     if (threadIdx.x == 0) state.publish(chunk, total, starts_row ? kPrefix : kAggregate);
@@ -100,7 +100,7 @@ struct ChainedScan {
     return prefix;
   }
 
-  static __device__ void run(const P& problem, const ScanGeometry& g, const TileState<Value>& state,
+  static __device__ void run(const P& problem, const ScanGeometry& g, const WordTileState<Value>& state,
                              int64_t chunks_per_row, bool wide) {
     __shared__ SharedStorage smem;
     if (threadIdx.x == 0) smem.chunk = state.claim_tile();
@@ -143,7 +143,7 @@ struct ChainedScan {
 
 template <class P>
 __global__ void __launch_bounds__(ChainedScan<P>::kThreads, ChainedScan<P>::kMinBlocksPerSM)
-    chained_scan_kernel(const P problem, const ScanGeometry g, const TileState<typename P::Monoid::value_type> state,
+    chained_scan_kernel(const P problem, const ScanGeometry g, const WordTileState<typename P::Monoid::value_type> state,
                         int64_t chunks_per_row, bool wide) {
   ChainedScan<P>::run(problem, g, state, chunks_per_row, wide);
 }

@@ -31,9 +31,9 @@ namespace parprims::cuda {
 // The look-back workspace of `tiles` tiles from the call's workspace, its counter and flags
 // zeroed on the call's stream. Launches whose tiles never look back (a single tile) need none:
 // they get a disabled state (lookback.cuh), which spares the allocation and the memset.
-template <class Lifted>
-TileState<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool needed) {
-  using State = TileState<Lifted>;
+template <class Lifted, template <class> class StateOf = TileState>
+StateOf<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool needed) {
+  using State = StateOf<Lifted>;
   if (!needed) return State{};
   void* memory = ctx.workspace->allocate(State::bytes(tiles));
   C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, State::zeroed_bytes(tiles), ctx.stream));
@@ -155,7 +155,7 @@ struct Engine {
     const int64_t chunks_per_row = (g.len + K::kChunk - 1) / K::kChunk;
     const int64_t chunks = g.rows * chunks_per_row;
     if (chunks > 0x7fffffff) return false;
-    auto state = make_tile_state<typename K::Value>(ctx, chunks, true);
+    auto state = make_tile_state<typename K::Value, WordTileState>(ctx, chunks, true);
     chained_scan_kernel<P><<<static_cast<unsigned>(chunks), K::kThreads, 0, ctx.stream>>>(
         problem, g, state, chunks_per_row, !wide_access_disabled());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
