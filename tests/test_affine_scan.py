@@ -179,11 +179,10 @@ def _samples():
             S((1,), 0, init="none", lengths="tile_edges", log_gates=True, dtype=torch.float64),
             S((300, 1), 1, init="state", lengths="rows_1100"),
             S((300, 1), 1, init="state", lengths="rows_1100", reverse=True, exclusive=True, dtype=torch.bfloat16)]
-    # Few long rows along the contiguous dim: on CUDA, chunks chained by a look-back (rows cut
-    # into spans in deterministic mode).
+    # Few long rows along the contiguous dim: on CUDA, rows cut into spans.
     out += [S((5, 40000), -1, init="state", reverse=True, log_gates=True),
             S((300001,), 0, init="state", exclusive=True, dtype=torch.bfloat16),
-            # Rows of many chunks (on CUDA, chained by a look-back), final states from the last.
+            # Rows of hundreds of spans, final states from the last.
             S((2, 700001), -1, init="state", reverse=True),
             S((2, 700001), -1, init="state", exclusive=True, log_gates=True, dtype=torch.bfloat16)]
     # torch.compile samples.

@@ -60,12 +60,11 @@ def _samples():
             out.append(S((2, n), -1, op, exclusive=n % 2 == 1, reverse=op in ("max", "add") and n % 3 == 0))
     out.append(S((2, GPU_MULTI_TILE + 3), -1, "add", reverse=True, slow=True))
     out.append(S((2, GPU_MULTI_TILE + 3), -1, "logaddexp", exclusive=True, slow=True))
-    # Few long rows: on CUDA, chunks chained by a look-back (cheap combines), or rows cut into
-    # spans (a summary pass, a carry kernel, the full pass: logaddexp, and deterministic mode).
+    # Few long rows: on CUDA, rows cut into spans (a summary pass, a carry kernel, the full pass).
     for op, (ex, rv) in zip(("add", "max", "logaddexp", "mul"), itertools.product((False, True), repeat=2)):
         out.append(S((5, 40000), -1, op, exclusive=ex, reverse=rv))
     out.append(S((300001,), 0, "add", torch.float64, exclusive=True, reverse=True))
-    # Rows of many chunks (on CUDA, chained by a look-back: several windows of 32 predecessors).
+    # Rows of many spans, ragged at their ends.
     out.append(S((2, 1000003), -1, "add", torch.bfloat16, reverse=True))
     out.append(S((2, 1000003), -1, "max", torch.float32, exclusive=True))
     # Every dim of a 3-D tensor in every layout.
@@ -178,10 +177,9 @@ def test_int64_add_does_not_overflow_to_32_bits(device):
 @pytest.mark.parametrize("dtype,op", ((torch.int32, "add"), (torch.int64, "max"), (torch.int32, "min")))
 @pytest.mark.parametrize("exclusive,reverse", ((False, False), (True, True), (False, True)))
 def test_few_long_rows_are_exact(dtype, op, exclusive, reverse, device):
-    """Few long rows of cheap scans: on CUDA, chunks chained by a look-back (about a hundred a
-    row, so several windows of 32 predecessors, and rows that end inside a chunk). Integer
-    results are exact, so a prefix gathered from the wrong predecessors, or a chunk taken twice
-    or not at all, shows as a mismatch."""
+    """Few long rows (on CUDA, cut into hundreds of spans each, the last one ragged): integer
+    results are exact, so a span's carry taken from the wrong spans, or a span scanned twice or
+    not at all, shows as a mismatch."""
     x = torch.randint(-1000, 1000, (3, 1500007), dtype=dtype, device=device)
     y = pp.scan(x, 1, op, exclusive, reverse)
     assert torch.equal(y, ref.scan(x, 1, op, exclusive, reverse))
@@ -394,7 +392,7 @@ def test_double_backward_of_mul_raises_a_clear_error(device):
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", (((1 << 31) + 3,), (1024, (1 << 21) + 1)), ids=("one_row", "many_rows"))
 def test_scan_beyond_2_to_31_elements(shape, device):
-    """Index arithmetic past 2^31: one row longer than 2^31 (chunks chained by a look-back) and 2^31 + 1024
+    """Index arithmetic past 2^31: one row longer than 2^31 (the row loop cut into spans) and 2^31 + 1024
     elements in rows (the row-loop kernel). Ones of int32 summed into int64 are exact: the
     output at position t of a row is t + 1."""
     if not device.startswith("cuda"):

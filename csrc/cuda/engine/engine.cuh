@@ -6,11 +6,8 @@
 //   enough rows to fill the GPU, rows at least half a tile long -> row-loop kernel (a block
 //   walks a whole row; nothing crosses blocks); rows cut by packed sequences take its packed
 //   instance, which marks each tile's sequence starts in shared memory
-//   few rows long enough to cut into spans (one huge row, few long rows), cheap scans without
-//   packed sequences, not in deterministic mode -> chained kernel (chained_scan.cuh: chunks
-//   chained by a look-back, one pass)
-//   other rows long enough to cut into spans (one packed batch, costly combines,
-//   deterministic mode) -> row-loop kernel over spans (spans.cuh)
+//   few rows long enough to cut into spans (one huge row, few long rows, one packed batch)
+//   -> row-loop kernel over spans (spans.cuh)
 //   rows shorter than a tile of the row loop's blocks, but at least a warp's tile (cheap scans
 //   without packed sequences) -> row-loop kernel in one-warp blocks (WarpRowPolicy)
 //   anything else (short rows) -> flat kernel
@@ -21,7 +18,6 @@
 #include <cstdlib>
 
 #include "../launch_context.h"
-#include "chained_scan.cuh"
 #include "column_scan.cuh"
 #include "flat_scan.cuh"
 #include "row_scan.cuh"
@@ -31,9 +27,9 @@ namespace parprims::cuda {
 // The look-back workspace of `tiles` tiles from the call's workspace, its counter and flags
 // zeroed on the call's stream. Launches whose tiles never look back (a single tile) need none:
 // they get a disabled state (lookback.cuh), which spares the allocation and the memset.
-template <class Lifted, template <class> class StateOf = TileState>
-StateOf<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool needed) {
-  using State = StateOf<Lifted>;
+template <class Lifted>
+TileState<Lifted> make_tile_state(const LaunchContext& ctx, int64_t tiles, bool needed) {
+  using State = TileState<Lifted>;
   if (!needed) return State{};
   void* memory = ctx.workspace->allocate(State::bytes(tiles));
   C10_CUDA_CHECK(cudaMemsetAsync(memory, 0, State::zeroed_bytes(tiles), ctx.stream));
@@ -63,13 +59,6 @@ inline bool packed_rows_disabled() {
 // them (to measure what they bring).
 inline bool warp_rows_disabled() {
   static const bool off = env_flag_set("PARPRIMS_NO_WARP_ROWS");
-  return off;
-}
-
-// PARPRIMS_NO_CHAINED_ROWS=1 sends few long rows to the row loop over spans, as before the chained
-// kernel took them (to measure what it brings).
-inline bool chained_rows_disabled() {
-  static const bool off = env_flag_set("PARPRIMS_NO_CHAINED_ROWS");
   return off;
 }
 
@@ -142,26 +131,6 @@ struct Engine {
     return true;
   }
 
-  // Few long rows in one pass (chained_scan.cuh), where the row loop would cut them into spans
-  // and read them twice; false when the shape is not that, or in deterministic mode (the
-  // chained results' rounding depends on timing).
-  template <class P>
-  bool try_chained(const P& problem, const ScanGeometry& g) const {
-    using K = ChainedScan<P>;
-    using Rows = RowScan<P, false>;
-    if (g.deterministic || g.rows >= static_cast<int64_t>(kRowLoopRowsPerSM) * ctx.sm_count) return false;
-    static const int row_blocks = blocks_per_sm(row_scan_kernel<P, false>, Rows::kThreads);
-    if (plan_spans(g.rows, g.len, Rows::kTile, int64_t{row_blocks} * ctx.sm_count).count <= 1) return false;
-    const int64_t chunks_per_row = (g.len + K::kChunk - 1) / K::kChunk;
-    const int64_t chunks = g.rows * chunks_per_row;
-    if (chunks > 0x7fffffff) return false;
-    auto state = make_tile_state<typename K::Value, WordTileState>(ctx, chunks, true);
-    chained_scan_kernel<P><<<static_cast<unsigned>(chunks), K::kThreads, 0, ctx.stream>>>(
-        problem, g, state, chunks_per_row, !wide_access_disabled());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return true;
-  }
-
   // Rows shorter than a tile of the row loop's blocks (which would leave threads idle, or not
   // take them) but at least a warp's tile: one warp a block walks whole rows
   // (WarpRowPolicy); false when the shape is not that.
@@ -192,9 +161,6 @@ struct Engine {
     if (g.segments.offsets == nullptr) {
       if constexpr (kWarpRows<P>) {
         if (!warp_rows_disabled() && try_warp_rows(problem, g)) return;
-      }
-      if constexpr (kChainedRows<P>) {
-        if (!chained_rows_disabled() && try_chained(problem, g)) return;
       }
       if (try_rows<P, false>(problem, g)) return;
     } else if constexpr (kPackedRowLoop<typename P::Value>) {

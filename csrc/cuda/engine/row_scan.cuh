@@ -154,23 +154,12 @@ struct RowScan {
   static __device__ __forceinline__ Value scan_tile(typename Scan::Storage& storage, const P& problem,
                                                     const ScanGeometry& g, int64_t row, int64_t pos,
                                                     Value carry, const Value& head, Value (&values)[kItems]) {
-    return scan_block_run<Scan>(storage, g, pos, carry, head, values,
-                                [&](const Value& final_value) { problem.store_final(row, 0, final_value); });
-  }
-
-  // scan_tile for a block scan of any width (`BlockScanOf`: the chained kernel's blocks are
-  // wider than the row loop's); `at_last(v)` receives the inclusive value at the row's last
-  // position, if a run of this tile holds it (problems with final states only).
-  template <class BlockScanOf, class AtLast>
-  static __device__ __forceinline__ Value scan_block_run(typename BlockScanOf::Storage& storage,
-                                                         const ScanGeometry& g, int64_t pos, Value carry,
-                                                         const Value& head, Value (&values)[kItems], AtLast at_last) {
     const bool row_start = pos == 0;
     Value thread_total = values[0];
 #pragma unroll
     for (int k = 1; k < kItems; ++k) thread_total = M::combine(thread_total, values[k]);
     Value tile_total;
-    Value running = M::combine(carry, BlockScanOf::exclusive(storage, thread_total, tile_total));
+    Value running = M::combine(carry, Scan::exclusive(storage, thread_total, tile_total));
     const Value first_exclusive = row_start ? head : running;
     // The item at the row's last position, if this run holds it: its inclusive value is the
     // final state (rounded as that output is). Only one run of a row holds it, so the others
@@ -183,7 +172,7 @@ struct RowScan {
         const Value exclusive = k == 0 ? first_exclusive : running;
         running = M::combine(running, values[k]);
         if constexpr (decltype(holds_last)::value) {
-          if (k == static_cast<int>(last)) at_last(running);
+          if (k == static_cast<int>(last)) problem.store_final(row, 0, running);
         }
         values[k] = g.exclusive ? exclusive : running;
       }
