@@ -83,14 +83,17 @@ __device__ __forceinline__ Acc fast_silu(Acc x) {
   return x * fast_sigmoid(x);
 }
 
-// delta after its bias and (optionally) softplus, PyTorch's threshold 20 included.
+// delta after its bias and (optionally) softplus, PyTorch's threshold 20 included. In float
+// the softplus is computed whatever the branch and selected (straight-line code: a branch
+// around it cost the staging a convergence barrier and a jump per element).
 template <class Acc>
 __device__ __forceinline__ Acc fast_processed_delta(Acc raw, Acc bias, bool use_softplus) {
   const Acc x = raw + bias;
-  if (!use_softplus || x > Acc(20)) return x;
   if constexpr (sizeof(Acc) == 4) {
-    return fast_softplus(x);
+    const Acc softplus = fast_softplus(x);
+    return use_softplus && x <= Acc(20) ? softplus : x;
   } else {
+    if (!use_softplus || x > Acc(20)) return x;
     return ::log1p(::exp(x));
   }
 }

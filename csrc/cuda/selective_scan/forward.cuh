@@ -4,9 +4,10 @@
 // step: the least work per state and no cross-thread scan). Per chunk of K steps:
 //   1. stage: the chunk's inputs, loaded into registers while the block worked on the previous
 //      chunk, go to shared memory once per (channel, step) as the step loop wants them:
-//      (delta, delta*u) pairs with delta = softplus(delta + bias), D*u, silu(z), and B and C;
+//      (delta, delta*u) pairs with delta = softplus(delta + bias), D*u, silu(z), and (B, C)
+//      side by side;
 //   2. steps: every thread updates its S states, 16 steps unrolled at a time (one vector load
-//      of B and of C, one exp2 and three FMAs per state and step); the instance for Mamba's
+//      of its states' B and C, one exp2 and three FMAs per state and step); the instance for Mamba's
 //      N = 16 sums y's parts over the channel's threads by shuffles (8 steps at a time) and
 //      stores one sum per (channel, step), the general instance stores every thread's part;
 //   3. finish: the block sums the parts (general instance) and writes
@@ -48,14 +49,19 @@ struct ForwardChunk {
 
   // In Acc: (delta, delta*u) pairs, D*u and silu(z) by [channel][step]; y by [channel][step]
   // when the step loop sums it over the channel's threads (`y_summed`: the fixed instance), else
-  // its parts by [thread][step]; variable B and C by [step][state]; the channels' constants.
-  // (Every part is an even number of values, so each starts aligned to two.)
+  // its parts by [thread][step]; variable B and C side by side, (B, C) by [step][state], from
+  // an offset aligned to four values (bc_offset); the channels' constants.
   static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C, bool y_summed) {
-    const size_t per_channel = 4 * static_cast<size_t>(s.channels_per_block) * kPitch;  // a pair is two values
-    const size_t y_rows = static_cast<size_t>(y_summed ? s.channels_per_block : Policy::kThreads) * kPitch;
-    const size_t per_state = static_cast<size_t>(K) * s.states_per_tile * ((variable_B ? 1 : 0) + (variable_C ? 1 : 0));
+    const size_t per_state = (variable_B || variable_C) ? 2 * static_cast<size_t>(K) * s.states_per_tile : 0;
     const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);
-    return (per_channel + y_rows + per_state + constants) * sizeof(Acc);
+    return (bc_offset(s.channels_per_block, y_summed) + per_state + constants) * sizeof(Acc);
+  }
+  // Where the (B, C) rows start, in values: after the per-channel rows (a pair is two values) and
+  // y's rows, rounded up so that a thread's (B, C) of its states is one aligned vector load.
+  static __host__ __device__ size_t bc_offset(int channels_per_block, bool y_summed) {
+    const size_t per_channel = 4 * static_cast<size_t>(channels_per_block) * kPitch;
+    const size_t y_rows = static_cast<size_t>(y_summed ? channels_per_block : Policy::kThreads) * kPitch;
+    return (per_channel + y_rows + 3) / 4 * 4;
   }
 };
 
@@ -99,9 +105,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
   Acc* s_y = s_gate + channel_rows;  // y (kYSummed) or its parts, this state tile's
-  Acc* s_B = s_y + (kYSummed ? channel_rows : Policy::kThreads * kPitch);
-  Acc* s_C = s_B + (variable_B ? K * states_per_tile : 0);
-  auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_C + (variable_C ? K * states_per_tile : 0));
+  // (B, C) of a step's state side by side: a thread's S states of a step are one vector load
+  // of 2S values (a warp's B and C in one shared-memory wavefront where they were two).
+  Acc* s_BC = reinterpret_cast<Acc*>(smem_raw) + Chunk::bc_offset(channels_per_block, kYSummed);
+  const bool variable_BC = variable_B || variable_C;
+  auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_BC + (variable_BC ? 2 * K * states_per_tile : 0));
   const Acc* A = static_cast<const Acc*>(p.A);
   const Acc* init = static_cast<const Acc*>(p.initial_state);
   Acc* last = static_cast<Acc*>(p.last_state);
@@ -117,8 +125,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // then written without bank conflicts. (Measured on the H200 at (8, 1536, 2048, 16): 0.60 ms
   // this way, 0.74 ms with time-fastest loads into rows padded against conflicts.)
   const ItemWalk items(channels_per_block, kColumns, kSteps > 1 || p.u.len_stride == 1);
-  const ItemWalk B_items(states_per_tile, kColumns, false);
-  const ItemWalk C_items(states_per_tile, kColumns, false);
+  const ItemWalk state_items(states_per_tile, kColumns, false);  // B's and C's alike
   // A chunk's loads, held in registers from the end of one chunk's staging to the next's,
   // unconverted (RawSteps).
   using Raw = RawSteps<In, kSteps>;
@@ -177,9 +184,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       };
       // Checkpoints rows are aligned to S values when N is a multiple of S: one vector store.
       const bool vector_checkpoints = p.dstate % S == 0 && me.active && n0 < p.dstate;
+      // The thread's checkpoint row (its first states at the row's first checkpoint), computed
+      // once: a step interval adds its checkpoint's offset.
+      Acc* const checkpoint_row =
+          p.checkpoints ? static_cast<Acc*>(p.checkpoints) + (me.b * p.dim + me.d) * p.checkpoint_chunks * p.dstate + n0
+                        : nullptr;
       auto save_checkpoint = [&](int64_t t) {
-        Acc* ck = static_cast<Acc*>(p.checkpoints) +
-                  ((me.b * p.dim + me.d) * p.checkpoint_chunks + t / kSelectiveScanCheckpointEvery) * p.dstate + n0;
+        Acc* ck = checkpoint_row + (t / kSelectiveScanCheckpointEvery) * p.dstate;
         if (vector_checkpoints) {
           store_states(ck, h);
           return;
@@ -198,9 +209,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       StridedWalk out_walk(p.out.offset(me.b, d0, t_begin), p.out.dim_stride, kSteps * p.out.len_stride, items,
                            kColumns);
       StridedWalk B_walk(p.B.offset(me.b, me.group, 0, tile_n0, t_begin), p.B.state_stride, kSteps * p.B.len_stride,
-                         B_items, kColumns);
+                         state_items, kColumns);
       StridedWalk C_walk(p.C.offset(me.b, me.group, 0, tile_n0, t_begin), p.C.state_stride, kSteps * p.C.len_stride,
-                         C_items, kColumns);
+                         state_items, kColumns);
       // Whether an item is in the data (its steps within the chunk's, its channel or state one
       // that exists; with two steps an item, the chunk's count of steps is even).
       auto item_real = [&](int r, int steps) {
@@ -223,8 +234,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < items.rounds) load_inputs(r, steps, next_u[r], next_delta[r], next_z[r]);
-          if (variable_B && r < B_items.rounds) next_B[r] = load_state(p.B, B_items, B_walk, r, steps);
-          if (variable_C && r < C_items.rounds) next_C[r] = load_state(p.C, C_items, C_walk, r, steps);
+          if (variable_B && r < state_items.rounds) next_B[r] = load_state(p.B, state_items, B_walk, r, steps);
+          if (variable_C && r < state_items.rounds) next_C[r] = load_state(p.C, state_items, C_walk, r, steps);
         }
       };
       auto advance_walks = [&] {
@@ -233,14 +244,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       // One step of the thread's states: h = exp(delta A) h + delta u B; returns its part of y.
       auto step = [&](int i) {
         const DeltaPair<Acc> dd = s_pair[me.channel * kPitch + i];
-        Acc Bt[S], Ct[S];
-        if (variable_B) load_states<Acc, S>(s_B + i * states_per_tile + state0, Bt);
-        if (variable_C) load_states<Acc, S>(s_C + i * states_per_tile + state0, Ct);
+        Acc BC[2 * S];
+        if (variable_BC) load_states<Acc, 2 * S>(s_BC + 2 * (i * states_per_tile + state0), BC);
         Acc y = 0;
 #pragma unroll
         for (int j = 0; j < S; ++j) {
-          const Acc b = variable_B ? Bt[j] : Bc[j];
-          const Acc c = variable_C ? Ct[j] : Cc[j];
+          const Acc b = variable_B ? BC[2 * j] : Bc[j];
+          const Acc c = variable_C ? BC[2 * j + 1] : Cc[j];
           const Acc a = Gate<Acc>::exp_scaled(dd.delta * A2[j]);
           h[j] = a * h[j] + dd.delta_u * b;
           if constexpr (kSummary) {
@@ -301,18 +311,26 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             s_gate[at] = z_in ? fast_silu(z) : Acc(1);
           }
         };
-        auto stage_state = [&](const ItemWalk& w, Acc* dst, int r, Raw v) {
-          if (w.column(r) >= kColumns) return;  // past the grid (N <= 2)
+        // A thread's items of B and of C are the same (state, step) places: it stores both side
+        // by side.
+        auto stage_states = [&](int r, Raw b, Raw c) {
+          if (state_items.column(r) >= kColumns) return;  // past the grid (N <= 2)
 #pragma unroll
           for (int k = 0; k < kSteps; ++k) {
-            dst[(w.column(r) * kSteps + k) * states_per_tile + w.row(r)] = v.template value<Acc>(k);
+            Acc* at = s_BC + 2 * ((state_items.column(r) * kSteps + k) * states_per_tile + state_items.row(r));
+            if (variable_B && variable_C) {
+              store_states<Acc, 2>(at, {b.template value<Acc>(k), c.template value<Acc>(k)});
+            } else if (variable_B) {
+              at[0] = b.template value<Acc>(k);
+            } else if (variable_C) {
+              at[1] = c.template value<Acc>(k);
+            }
           }
         };
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r < items.rounds) stage_item(r, next_u[r], next_delta[r], next_z[r]);
-          if (variable_B && r < B_items.rounds) stage_state(B_items, s_B, r, next_B[r]);
-          if (variable_C && r < C_items.rounds) stage_state(C_items, s_C, r, next_C[r]);
+          if (variable_BC && r < state_items.rounds) stage_states(r, next_B[r], next_C[r]);
         }
         // Rounds beyond the registers (N <= 8, or N > 32) load now.
         for (int r = R; r < items.rounds; ++r) {
@@ -320,11 +338,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           load_inputs(r, steps, u, delta, z);
           stage_item(r, u, delta, z);
         }
-        for (int r = R; variable_B && r < B_items.rounds; ++r) {
-          stage_state(B_items, s_B, r, load_state(p.B, B_items, B_walk, r, steps));
-        }
-        for (int r = R; variable_C && r < C_items.rounds; ++r) {
-          stage_state(C_items, s_C, r, load_state(p.C, C_items, C_walk, r, steps));
+        for (int r = R; variable_BC && r < state_items.rounds; ++r) {
+          stage_states(r, variable_B ? load_state(p.B, state_items, B_walk, r, steps) : Raw{},
+                       variable_C ? load_state(p.C, state_items, C_walk, r, steps) : Raw{});
         }
         __syncthreads();
         // The next chunk's loads are in flight while this one's steps run.
