@@ -60,10 +60,10 @@ constexpr auto forward_kernel() {
   return selective_scan_forward_kernel<In, Acc, kVariableBC, kSummary, kThreadsPerChannel, kStepsPerItem>;
 }
 
-// The instance for Mamba's shapes: B and C both variable, N = 16 (8 threads a channel, one tile)
+// The instance for Mamba's shapes: B and C both variable, N = 16 (4 threads a channel, one tile)
 // in float compute; two steps an item where the inputs are contiguous in time and the length
 // even, one otherwise (odd lengths, (batch, L, dim) views). The general instance for the rest.
-constexpr int kMambaThreads = 8;
+constexpr int kMambaThreads = 16 / Policy::kForwardStatesPerThread;  // N = 16
 
 template <class Acc>
 bool takes_mamba_instance(const SelectiveScanParams& p, const SelectiveScanShape& s) {

@@ -180,9 +180,12 @@ struct SelectiveScanPolicy {
   // The backward's: four states per thread share each step's fixed work (loads of the step's
   // inputs, the sums over channels and states) among twice the state updates of two.
   static constexpr int kStatesPerThread = 4;
-  // The forward's: two states per thread give Mamba's shapes (N = 16) twice the warps of
-  // four, which the latency-bound step loop needs more than the fewer instructions of four.
-  static constexpr int kForwardStatesPerThread = 2;
+  // The forward's: four states per thread (four threads a channel at N = 16) halve the step
+  // loop's shared loads and sums of y over a channel's threads per state update against two.
+  // Two won when the staging and the step loop's other work were heavier (tenth session);
+  // measured again after them (thirty-second session, H100, (8, 1536, 2048, 16)): four 13 %
+  // faster in float32, 9 % in bfloat16 (benchmarks/NOTES.md).
+  static constexpr int kForwardStatesPerThread = 4;
   static constexpr int kMaxThreadsPerChannel = 32;
   static constexpr int kForwardChunk = 32;
   // Rounds of a chunk's global loads that a thread holds in registers while the block works on
@@ -192,11 +195,12 @@ struct SelectiveScanPolicy {
   static constexpr int kBackwardPrefetchRounds = 4;
   static constexpr int kBackwardStatePrefetchRounds = 2;  // B and C: 16 states x 16 steps
   // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
-  // the forward 6 (80 registers), so that (8, 1536, 2048, 16)'s 768 blocks of 16 channels run in
-  // one wave on 132 SMs (4 blocks: 1.5x slower there; see benchmarks/NOTES.md); the backward 3
-  // (168 registers), which its shared memory (about 64 KB at N = 16 in float) allows, so that
-  // (8, 1536, 2048, 16)'s 384 blocks of 32 channels run in one wave.
-  static constexpr int kForwardMinBlocksPerSM = 6;
+  // the forward 4 (128 registers: the N = 16 instance needs 125 with four states a thread, no
+  // spills), so that (8, 1536, 2048, 16)'s 384 blocks of 32 channels run in one wave on 132 SMs
+  // (3 blocks, 168 registers: 2 % slower in bfloat16); the backward 3 (168 registers), which its
+  // shared memory (about 64 KB at N = 16 in float) allows, so that (8, 1536, 2048, 16)'s 384
+  // blocks of 32 channels run in one wave.
+  static constexpr int kForwardMinBlocksPerSM = 4;
   static constexpr int kBackwardMinBlocksPerSM = 3;
 };
 

@@ -183,14 +183,17 @@ __device__ __forceinline__ void store_steps(In* at, const Acc (&v)[P]) {
   }
 }
 
-// Loads (stores) S = 2 or 4 consecutive values at `at`, aligned to S values, in vector
-// accesses of at most 16 bytes.
+// Loads (stores) S = 2, 4 or 8 consecutive values at `at`, aligned to S values (to 4 when S
+// is 8), in vector accesses of at most 16 bytes.
 template <class Acc, int S>
 __device__ __forceinline__ void load_states(const Acc* at, Acc (&dst)[S]) {
-  static_assert(S == 2 || S == 4, "two or four states per thread");
-  if constexpr (sizeof(Acc) == 4 && S == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(at);
-    dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+  static_assert(S == 2 || S == 4 || S == 8, "two, four or eight values");
+  if constexpr (sizeof(Acc) == 4 && S >= 4) {
+#pragma unroll
+    for (int k = 0; k < S / 4; ++k) {
+      const float4 v = reinterpret_cast<const float4*>(at)[k];
+      dst[4 * k] = v.x, dst[4 * k + 1] = v.y, dst[4 * k + 2] = v.z, dst[4 * k + 3] = v.w;
+    }
   } else if constexpr (sizeof(Acc) == 4) {
     const float2 v = *reinterpret_cast<const float2*>(at);
     dst[0] = v.x, dst[1] = v.y;
@@ -205,9 +208,12 @@ __device__ __forceinline__ void load_states(const Acc* at, Acc (&dst)[S]) {
 
 template <class Acc, int S>
 __device__ __forceinline__ void store_states(Acc* at, const Acc (&src)[S]) {
-  static_assert(S == 2 || S == 4, "two or four states per thread");
-  if constexpr (sizeof(Acc) == 4 && S == 4) {
-    *reinterpret_cast<float4*>(at) = make_float4(src[0], src[1], src[2], src[3]);
+  static_assert(S == 2 || S == 4 || S == 8, "two, four or eight values");
+  if constexpr (sizeof(Acc) == 4 && S >= 4) {
+#pragma unroll
+    for (int k = 0; k < S / 4; ++k) {
+      reinterpret_cast<float4*>(at)[k] = make_float4(src[4 * k], src[4 * k + 1], src[4 * k + 2], src[4 * k + 3]);
+    }
   } else if constexpr (sizeof(Acc) == 4) {
     *reinterpret_cast<float2*>(at) = make_float2(src[0], src[1]);
   } else {

@@ -6,10 +6,11 @@
 //      chunk, go to shared memory once per (channel, step) as the step loop wants them:
 //      (delta, delta*u) pairs with delta = softplus(delta + bias), D*u, silu(z), and (B, C)
 //      side by side;
-//   2. steps: every thread updates its S states, 16 steps unrolled at a time (one vector load
-//      of its states' B and C, one exp2 and three FMAs per state and step); the instance for Mamba's
-//      N = 16 sums y's parts over the channel's threads by shuffles (8 steps at a time) and
-//      stores one sum per (channel, step), the general instance stores every thread's part;
+//   2. steps: every thread updates its S states, 16 steps unrolled at a time (vector loads of
+//      its states' B and C, one exp2 and three FMAs per state and step); the instance for
+//      Mamba's N = 16 sums y's parts over the channel's threads by shuffles (as many steps at a
+//      time as a channel has threads) and stores one sum per (channel, step), the general
+//      instance stores every thread's part;
 //   3. finish: the block sums the parts (general instance) and writes
 //      out = (y + D*u) * silu(z), coalesced.
 // The per-element work of 1 and 3 is shared by the threads_per_channel threads of a channel,
@@ -66,7 +67,7 @@ struct ForwardChunk {
 };
 
 // kThreadsPerChannel: the shape's threads_per_channel when known at compile time (0: read from
-// the shape). The instance for Mamba's N = 16 (8 threads a channel) then has constant item
+// the shape). The instance for Mamba's N = 16 (4 threads a channel) then has constant item
 // rounds, step addresses and a straight-line sum of y's parts over the channel's threads.
 // kStepsPerItem: time steps per item of u, delta, z, out, B and C: 2 (one load of twice the
 // width, and one address and one test for two elements) where the launch found them contiguous
@@ -82,8 +83,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // What ThreadPlace's paired layout (asked for below) is in the fixed instance.
   constexpr bool kPairedFixed = kThreadsPerChannel > 1 && kThreadsPerChannel < 32;
   // The fixed instance sums y over the channel's threads in the step loop, kSumSteps steps at
-  // once in whole intervals (sum_over_channel_threads: 4 + 2 + 1 shuffles for 8 steps) and each
-  // step alone elsewhere (a butterfly); its finish reads one sum per (channel, step). The
+  // once in whole intervals (sum_over_channel_threads: 2 + 1 shuffles for 4 steps at four
+  // threads a channel) and each step alone elsewhere (a butterfly); its finish reads one sum per
+  // (channel, step). The
   // general instance stores every thread's part per step and its finish sums them: with up to
   // 32 threads a channel, a butterfly per step would cost it log2(32) shuffles and adds a step.
   constexpr bool kYSummed = kFixed;
@@ -105,8 +107,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
   Acc* s_y = s_gate + channel_rows;  // y (kYSummed) or its parts, this state tile's
-  // (B, C) of a step's state side by side: a thread's S states of a step are one vector load
-  // of 2S values (a warp's B and C in one shared-memory wavefront where they were two).
+  // (B, C) of a step's state side by side: a thread's S states of a step are 16-byte loads of
+  // 2S values (with two states a thread, a warp's B and C took one shared-memory wavefront where
+  // they were two).
   Acc* s_BC = reinterpret_cast<Acc*>(smem_raw) + Chunk::bc_offset(channels_per_block, kYSummed);
   const bool variable_BC = variable_B || variable_C;
   auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_BC + (variable_BC ? 2 * K * states_per_tile : 0));
