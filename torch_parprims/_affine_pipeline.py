@@ -44,6 +44,7 @@ def default_groups(b: torch.Tensor, dim: int) -> int:
     ``_CPU_DEFAULT_GROUPS``."""
     if b.device.type != "cuda":
         return _CPU_DEFAULT_GROUPS
+    dim = dim % b.dim()
     rows = math.prod(n for d, n in enumerate(b.shape) if d != dim)
     per_group = _ROWS_PER_SM * torch.cuda.get_device_properties(b.device).multi_processor_count
     return max(1, min(_MAX_DEFAULT_GROUPS, rows // per_group))
