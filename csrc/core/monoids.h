@@ -78,6 +78,16 @@ struct Max {
   using value_type = T;
   static PP_HD T identity() { return lowest_value<T>(); }
   static PP_HD T combine(const T& earlier, const T& later) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // One instruction that propagates NaN (the general form below is three or four; the
+    // segment-reduce stream pass ran 1.76x sum's instructions with it). It gives a canonical NaN
+    // and +0 for max(-0, +0), where the general form keeps the earlier value.
+    if constexpr (std::is_same_v<T, float>) {
+      float r;
+      asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(earlier), "f"(later));
+      return r;
+    }
+#endif
     if (is_nan(earlier)) return earlier;
     return (is_nan(later) || later > earlier) ? later : earlier;
   }
@@ -88,6 +98,13 @@ struct Min {
   using value_type = T;
   static PP_HD T identity() { return highest_value<T>(); }
   static PP_HD T combine(const T& earlier, const T& later) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, float>) {  // (as Max's)
+      float r;
+      asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(earlier), "f"(later));
+      return r;
+    }
+#endif
     if (is_nan(earlier)) return earlier;
     return (is_nan(later) || later < earlier) ? later : earlier;
   }
