@@ -12,7 +12,12 @@
 //        -I$T/include -Icsrc benchmarks/kernel_variants/selective_scan_kernels.cu \
 //        csrc/cuda/selective_scan_forward.cu csrc/cuda/selective_scan_backward.cu \
 //        -L$T/lib -lc10_cuda -lc10 -Xlinker -rpath=$T/lib -o selective_scan_kernels
-//   ./selective_scan_kernels f32|bf16 [batch dim len]        (default (8, 1536, 2048), N = 16)
+//   ./selective_scan_kernels f32|bf16 [batch dim len [sequences]]   (default (8, 1536, 2048), N = 16)
+//
+// With `sequences` > 0 (batch 1), the row holds that many packed sequences whose lengths grow
+// geometrically tenfold from the first to the last (cu_seqlens, as bench_selective_scan.py's
+// packed row); shapes that the launch cuts into time segments (few long rows, packed rows) are
+// timed and checked in the forward only.
 #include <c10/core/ScalarType.h>
 #include <c10/util/BFloat16.h>
 #include <cuda_runtime.h>
@@ -88,7 +93,22 @@ double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 struct Inputs {
   int64_t batch, dim, len;
   std::vector<float> u, delta, z, B, C, A, D, bias, dout;
+  std::vector<int64_t> starts;  // packed sequences' first steps (empty: one sequence a row)
 };
+
+// `count` sequence lengths summing to `len`, growing geometrically tenfold (each at least 1).
+std::vector<int64_t> packed_offsets(int64_t len, int64_t count) {
+  std::vector<double> weight(count);
+  double total = 0;
+  for (int64_t k = 0; k < count; ++k) total += weight[k] = std::pow(10.0, count > 1 ? double(k) / (count - 1) : 0.0);
+  std::vector<int64_t> offsets{0};
+  for (int64_t k = 0; k + 1 < count; ++k) {
+    const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(len * weight[k] / total));
+    offsets.push_back(std::min(offsets.back() + want, len - (count - 1 - k)));
+  }
+  offsets.push_back(len);
+  return offsets;
+}
 
 // float64 forward and backward of channel d of batch 0: out, du and d(delta) along time.
 void reference(const Inputs& x, int64_t d, std::vector<double>& out, std::vector<double>& du,
@@ -100,6 +120,9 @@ void reference(const Inputs& x, int64_t d, std::vector<double>& out, std::vector
   for (int64_t t = 0; t < L; ++t) dt[t] = softplus(at(x.delta, t) + x.bias[d]);
   out.assign(L, 0);
   for (int64_t t = 0; t < L; ++t) {
+    if (std::find(x.starts.begin(), x.starts.end(), t) != x.starts.end()) {  // a sequence starts: from zero
+      for (int64_t n = 0; n < N; ++n) h[t * N + n] = 0;
+    }
     double y = x.D[d] * at(x.u, t);
     for (int64_t n = 0; n < N; ++n) {
       const double a = std::exp(dt[t] * x.A[d * N + n]);
@@ -128,7 +151,7 @@ void reference(const Inputs& x, int64_t d, std::vector<double>& out, std::vector
 }
 
 template <class In>
-void run(c10::ScalarType dtype, const char* name, int64_t batch, int64_t dim, int64_t len) {
+void run(c10::ScalarType dtype, const char* name, int64_t batch, int64_t dim, int64_t len, int64_t sequences) {
   Arena arena;
   const int64_t N = kStates, n = batch * dim * len;
   Inputs x{batch, dim, len};
@@ -166,7 +189,16 @@ void run(c10::ScalarType dtype, const char* name, int64_t batch, int64_t dim, in
   p.D = upload<float>(arena, x.D);
   p.delta_bias = upload<float>(arena, x.bias);
   p.delta_softplus = true;
-  p.last_state = arena.allocate(batch * dim * N * sizeof(float));
+  std::vector<int64_t> offsets;
+  if (sequences > 0) {
+    offsets = packed_offsets(len, sequences);
+    x.starts.assign(offsets.begin() + 1, offsets.end() - 1);
+    auto* device_offsets = static_cast<int64_t*>(arena.allocate(offsets.size() * sizeof(int64_t)));
+    CK(cudaMemcpy(device_offsets, offsets.data(), offsets.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    p.offsets = device_offsets;
+    p.num_seqs = sequences;
+  }
+  p.last_state = arena.allocate((sequences > 0 ? sequences : batch) * dim * N * sizeof(float));
   p.checkpoint_chunks = (len + kSelectiveScanCheckpointEvery - 1) / kSelectiveScanCheckpointEvery;
   p.checkpoints = arena.allocate(batch * dim * p.checkpoint_chunks * N * sizeof(float));
 
@@ -174,11 +206,25 @@ void run(c10::ScalarType dtype, const char* name, int64_t batch, int64_t dim, in
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   LaunchContext ctx{nullptr, sms, &arena};
   const SelectiveScanShape fwd = selective_scan_forward_shape(p, dtype, ctx);
-  if (fwd.state_tiles > 1 || fwd.segments > 1) {
-    printf("this harness times shapes of one state tile and no time segments\n");
+  if (fwd.state_tiles > 1) {
+    printf("this harness times shapes of one state tile\n");
     exit(1);
   }
   const float fwd_ms = time_ms([&] { launch_selective_scan_forward(p, fwd, dtype, ctx); }, 20);
+  if (sequences > 0 || fwd.segments > 1) {  // the forward alone
+    const auto out = download<In>(p.out.data, dim * len);
+    double out_err = 0;
+    for (int64_t d = 0; d < kCheckedChannels; ++d) {
+      std::vector<double> ref_out, ref_du, ref_ddelta;
+      reference(x, d, ref_out, ref_du, ref_ddelta);
+      out_err = std::max(out_err, relative_error(std::vector<double>(out.begin() + d * len, out.begin() + (d + 1) * len),
+                                                 ref_out));
+    }
+    printf("selective_scan %-4s (%lld, %lld, %lld, %lld)  %lld sequences  %lld time segments  fwd %.4f ms  rel_err out %.1e\n",
+           name, (long long)batch, (long long)dim, (long long)len, (long long)N, (long long)(sequences > 0 ? sequences : 1),
+           (long long)fwd.segments, fwd_ms, out_err);
+    return;
+  }
 
   SelectiveScanGrads g;
   SeqTensor dout = seq;
@@ -219,15 +265,19 @@ void run(c10::ScalarType dtype, const char* name, int64_t batch, int64_t dim, in
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    printf("usage: %s f32|bf16 [batch dim len]\n", argv[0]);
+    printf("usage: %s f32|bf16 [batch dim len [sequences]]\n", argv[0]);
     return 2;
   }
   const int64_t batch = argc > 2 ? atoll(argv[2]) : 8, dim = argc > 3 ? atoll(argv[3]) : 1536,
-                len = argc > 4 ? atoll(argv[4]) : 2048;
+                len = argc > 4 ? atoll(argv[4]) : 2048, sequences = argc > 5 ? atoll(argv[5]) : 0;
+  if (sequences > 0 && (batch != 1 || sequences > len)) {
+    printf("packed sequences need batch 1 and at most len sequences\n");
+    return 2;
+  }
   if (strcmp(argv[1], "bf16") == 0) {
-    run<c10::BFloat16>(c10::kBFloat16, "bf16", batch, dim, len);
+    run<c10::BFloat16>(c10::kBFloat16, "bf16", batch, dim, len, sequences);
   } else {
-    run<float>(c10::kFloat, "f32", batch, dim, len);
+    run<float>(c10::kFloat, "f32", batch, dim, len, sequences);
   }
   return 0;
 }
