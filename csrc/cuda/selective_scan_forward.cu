@@ -38,6 +38,16 @@ bool time_segments_disabled() {
   return off;
 }
 
+// PARPRIMS_TIME_SEGMENTS=k asks for k segments a row wherever rows are cut (a diagnostic: how the
+// count moves a shape's time); 0 or unset: the count below.
+int64_t time_segments_asked() {
+  static const int64_t asked = [] {
+    const char* env = std::getenv("PARPRIMS_TIME_SEGMENTS");
+    return env != nullptr ? std::atoll(env) : int64_t{0};
+  }();
+  return asked;
+}
+
 }  // namespace
 
 // As many segments as keep the blocks within one wave of the GPU (every block then runs at
@@ -45,7 +55,7 @@ bool time_segments_disabled() {
 // half of it.
 void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int64_t resident) {
   if (s.channel_blocks == 0 || p.len < 2 * kMinSegmentLen) return;  // no rows, or rows too short
-  const int64_t wanted = resident / s.channel_blocks;
+  const int64_t wanted = time_segments_asked() > 0 ? time_segments_asked() : resident / s.channel_blocks;
   const int64_t most = p.len / kMinSegmentLen;
   const int64_t segments = wanted < most ? wanted : most;
   if (segments < 2 || time_segments_disabled()) return;

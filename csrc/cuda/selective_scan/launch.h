@@ -46,7 +46,8 @@ struct SelectiveScanShape {
 // The launch shape of the forward (backward) for a problem: threads per channel from N and
 // the states each thread holds (Policy::kForwardStatesPerThread, kStatesPerThread), blocks
 // over channels, and time segments when those blocks alone would leave most of the GPU idle
-// (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring).
+// (PARPRIMS_NO_TIME_SEGMENTS=1 turns segments off, to measure what they bring;
+// PARPRIMS_TIME_SEGMENTS=k asks for k segments a row).
 SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
                                                 const LaunchContext& ctx);
 SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c10::ScalarType input_dtype,
