@@ -38,8 +38,10 @@ bool time_segments_disabled() {
   return off;
 }
 
-// PARPRIMS_TIME_SEGMENTS=k asks for k segments a row wherever rows are cut (a diagnostic: how the
-// count moves a shape's time); 0 or unset: the count below.
+// PARPRIMS_TIME_SEGMENTS=k asks for k segments a row (at most one per kMinSegmentLen steps) in
+// every call whose rows are long enough to cut, forward and backward, whether or not the blocks
+// over channels fill the GPU (a diagnostic: how the count moves a shape's time); 0 or unset:
+// the count below.
 int64_t time_segments_asked() {
   static const int64_t asked = [] {
     const char* env = std::getenv("PARPRIMS_TIME_SEGMENTS");

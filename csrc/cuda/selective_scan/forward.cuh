@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // The fixed instance sums y over the channel's threads in the step loop, kSumSteps steps at
   // once in whole intervals (sum_over_channel_threads: 2 + 1 shuffles for 4 steps at four
   // threads a channel) and each step alone elsewhere (a butterfly); its finish reads one sum per
-  // (channel, step). The
-  // general instance stores every thread's part per step and its finish sums them: with up to
-  // 32 threads a channel, a butterfly per step would cost it log2(32) shuffles and adds a step.
+  // (channel, step). The general instance stores every thread's part per step and its finish
+  // sums them: with up to 32 threads a channel, a butterfly per step would cost it log2(32)
+  // shuffles and adds a step.
   constexpr bool kYSummed = kFixed;
   constexpr int kSumSteps = kFixed && kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   const int threads_per_channel = kFixed ? kThreadsPerChannel : s.threads_per_channel;
