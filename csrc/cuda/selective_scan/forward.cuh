@@ -19,8 +19,9 @@
 // The states entering every kSelectiveScanCheckpointEvery-th step are saved for the backward
 // when asked. Nothing of size (batch, dim, N, L) is ever written.
 // With time segments (common.cuh), the summary instance (kSummary) walks each segment from
-// zero without y, and writes the segment's end state and the product of its gates; the full
-// instance then starts each segment from the combined carry.
+// zero without y (it stages neither C nor the finish's operands), and writes the segment's end
+// state and the product of its gates; the full instance then starts each segment from the
+// combined carry.
 #pragma once
 
 #include "channel_reduction.cuh"
@@ -101,6 +102,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   const int state_tiles = kFixed && kThreadsPerChannel < Policy::kMaxThreadsPerChannel ? 1 : s.state_tiles;
   const bool variable_B = kVariableBC || p.B.variable;
   const bool variable_C = !kSummary && (kVariableBC || p.C.variable);  // the summary needs no y
+  // Values a (step, state) of s_BC holds: (B, C) side by side, or B alone in the summary of the
+  // instance with both variable (half the shared loads of its steps).
+  constexpr int kBCWidth = kVariableBC && kSummary ? 1 : 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int channel_rows = channels_per_block * kPitch;
   auto* s_pair = reinterpret_cast<DeltaPair<Acc>*>(smem_raw);
@@ -155,7 +159,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       const int64_t tile_n0 = static_cast<int64_t>(tile) * states_per_tile;
       // ---- the thread's states: gates, constant B/C, initial values ----
       Acc A2[S], Bc[S], Cc[S], h[S];
-      Acc decay[S];  // the summary's product of the gates since the segment start or a restart
+      // The summary's product of a state's gates over the segment, exp(A sum(delta)), from the
+      // channel's sum of delta (one add a step where a product was one multiply a state), or
+      // zero once a sequence restarts the walk.
+      Acc delta_sum = 0;
+      bool restarted = false;
       bool has_state[S];
 #pragma unroll
       for (int j = 0; j < S; ++j) {
@@ -176,8 +184,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
         for (int j = 0; j < S; ++j) {
           h[j] = (init && has_state[j]) ? init[(k * p.dim + me.d) * p.dstate + n0 + j] : Acc(0);
-          decay[j] = Acc(0);
         }
+        restarted = true;
       };
       auto save_last = [&](int64_t k) {
 #pragma unroll
@@ -247,21 +255,18 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
       // One step of the thread's states: h = exp(delta A) h + delta u B; returns its part of y.
       auto step = [&](int i) {
         const DeltaPair<Acc> dd = s_pair[me.channel * kPitch + i];
-        Acc BC[2 * S];
-        if (variable_BC) load_states<Acc, 2 * S>(s_BC + 2 * (i * states_per_tile + state0), BC);
+        Acc BC[kBCWidth * S];
+        if (variable_BC) load_states<Acc, kBCWidth * S>(s_BC + kBCWidth * (i * states_per_tile + state0), BC);
         Acc y = 0;
 #pragma unroll
         for (int j = 0; j < S; ++j) {
-          const Acc b = variable_B ? BC[2 * j] : Bc[j];
-          const Acc c = variable_C ? BC[2 * j + 1] : Cc[j];
+          const Acc b = variable_B ? BC[kBCWidth * j] : Bc[j];
+          const Acc c = (kBCWidth == 2 && variable_C) ? BC[kBCWidth * j + kBCWidth - 1] : Cc[j];
           const Acc a = Gate<Acc>::exp_scaled(dd.delta * A2[j]);
           h[j] = a * h[j] + dd.delta_u * b;
-          if constexpr (kSummary) {
-            decay[j] *= a;
-          } else {
-            y += c * h[j];
-          }
+          if constexpr (!kSummary) y += c * h[j];
         }
+        if constexpr (kSummary) delta_sum += dd.delta;
         return y;
       };
       // A step whose y is stored alone: summed over the channel's threads by a butterfly and
@@ -290,7 +295,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         for (int j = 0; j < S; ++j) {
           const Acc* carry = static_cast<const Acc*>(s.segment_state);
           h[j] = (!kSummary && has_state[j]) ? carry[me.segment_at(p, n0 + j)] : Acc(0);
-          decay[j] = Acc(1);
         }
       }
       fetch(static_cast<int>(t_end - t_begin < K ? t_end - t_begin : K));
@@ -310,8 +314,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             const int at = channel * kPitch + items.column(r) * kSteps + k;
             const Acc dl = real ? fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) : Acc(0);
             s_pair[at] = DeltaPair<Acc>{dl, dl * u};
-            s_skip[at] = (real && D) ? constants.D * u : Acc(0);
-            s_gate[at] = z_in ? fast_silu(z) : Acc(1);
+            if constexpr (!kSummary) {  // the finish's operands
+              s_skip[at] = (real && D) ? constants.D * u : Acc(0);
+              s_gate[at] = z_in ? fast_silu(z) : Acc(1);
+            }
           }
         };
         // A thread's items of B and of C are the same (state, step) places: it stores both side
@@ -320,7 +326,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
           if (state_items.column(r) >= kColumns) return;  // past the grid (N <= 2)
 #pragma unroll
           for (int k = 0; k < kSteps; ++k) {
-            Acc* at = s_BC + 2 * ((state_items.column(r) * kSteps + k) * states_per_tile + state_items.row(r));
+            Acc* at = s_BC + kBCWidth * ((state_items.column(r) * kSteps + k) * states_per_tile + state_items.row(r));
             if (variable_B && variable_C) {
               store_states<Acc, 2>(at, {b.template value<Acc>(k), c.template value<Acc>(k)});
             } else if (variable_B) {
@@ -419,6 +425,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         out_walk.base += out_walk.chunk_stride;
       }
       if constexpr (kSummary) {
+        Acc decay[S];
+#pragma unroll
+        for (int j = 0; j < S; ++j) decay[j] = restarted ? Acc(0) : Gate<Acc>::exp_scaled(delta_sum * A2[j]);
         store_segment_summary(p, s, me, n0, has_state, h, decay);
       } else if (t_end < p.len) {
         // A segment before the last: the sequences that end at its end (empty ones
