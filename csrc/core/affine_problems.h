@@ -46,7 +46,7 @@ struct AffineProblem : ProblemBase<Affine<C>> {
     if (a_rows.stride_len != 1 || b_rows.stride_len != 1) return false;
     In ra[N], rb[N];
     if (!load_wide<N>(a + c.a + pos, ra) || !load_wide<N>(b + c.b + pos, rb)) return false;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) {
       const C gate = static_cast<C>(ra[i]);
       values[i] = {log_gates ? exp_any(gate) : gate, static_cast<C>(rb[i])};
@@ -82,7 +82,7 @@ struct AffineProblem : ProblemBase<Affine<C>> {
   PP_HD bool store_run(const Cursor& c, int64_t pos, const Value (&values)[N]) const {
     if (h_rows.stride_len != 1) return false;
     In raw[N];
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) raw[i] = static_cast<In>(values[i].b);
     return store_wide<N>(h + c.h + pos, raw);
   }
@@ -186,13 +186,13 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
   template <int N>
   PP_HD void store_steps(const Cursor& c, int64_t first, int64_t step, const Value (&values)[N]) const {
     C factor[N];
-#pragma unroll
+    PP_UNROLL
     for (int k = 0; k < N; ++k) factor[k] = conj_any(h_before(c, first + k * step));
     if (log_gates) {
-#pragma unroll
+      PP_UNROLL
       for (int k = 0; k < N; ++k) factor[k] = factor[k] * conj_any(gate(c, first + k * step));
     }
-#pragma unroll
+    PP_UNROLL
     for (int k = 0; k < N; ++k) {
       const int64_t pos = first + k * step;
       grad_a[c.grad_a + pos * grad_a_rows.stride_len] = static_cast<In>(values[k].b * factor[k]);
@@ -221,7 +221,7 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
     if (!load_wide<N>(a + c.a + lo, ra) || !load_wide<N>(grad_h + c.grad_h + lo, rg)) return false;
     const int64_t edge = forward_reverse ? lo - 1 : lo + N;  // the next step of the run's last
     const C edge_gate = (edge >= 0 && edge < len) ? conj_any(gate(c, edge)) : C(1);
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) {
       const In next = neighbour(ra, i, !forward_reverse);
       C g = edge_gate;
@@ -244,7 +244,7 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
     if (log_gates && !load_wide<N>(a + c.a + lo, ra)) return false;
     const C edge_h = h_before(c, forward_reverse ? lo + N - 1 : lo);  // the run's first step's
     In da[N], db[N];
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) {
       const In previous = neighbour(rh, i, forward_reverse);
       const C before = (forward_reverse ? i < N - 1 : i > 0) ? static_cast<C>(previous) : edge_h;
@@ -290,10 +290,10 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<C, D>> {
     Value v;
     const T* Ap = A + c.a + pos * A_rows.stride_len;
     const T* bp = b + c.b + pos * b_rows.stride_len;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       v.b[i] = i < d ? static_cast<C>(bp[i * b_stride]) : C(0);
-#pragma unroll
+      PP_UNROLL
       for (int j = 0; j < D; ++j) {
         v.A[i * D + j] = (i < d && j < d) ? static_cast<C>(Ap[i * A_row_stride + j * A_col_stride]) : C(0);
       }
@@ -302,7 +302,7 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<C, D>> {
   }
   PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
     T* hp = h + c.h + pos * h_rows.stride_len;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       if (i < d) hp[i * h_stride] = static_cast<T>(v.b[i]);
     }
@@ -311,10 +311,10 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<C, D>> {
     if (initial == nullptr) return v;
     const T* h0 = initial + (segment * rows + row) * d;
     Value r = v;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       C acc = v.b[i];
-#pragma unroll
+      PP_UNROLL
       for (int k = 0; k < D; ++k) acc += k < d ? v.A[i * D + k] * static_cast<C>(h0[k]) : C(0);
       r.b[i] = acc;
     }
@@ -324,14 +324,14 @@ struct MatrixAffineProblem : ProblemBase<MatrixAffine<C, D>> {
     Value v = MatrixAffine<C, D>::identity();
     if (initial != nullptr) {
       const T* h0 = initial + (segment * rows + row) * d;
-#pragma unroll
+      PP_UNROLL
       for (int i = 0; i < D; ++i) v.b[i] = i < d ? static_cast<C>(h0[i]) : C(0);
     }
     return v;
   }
   PP_HD void store_final(int64_t row, int64_t segment, const Value& v) const {
     T* f = final_state + (segment * rows + row) * d;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       if (i < d) f[i] = static_cast<T>(v.b[i]);
     }

@@ -263,26 +263,26 @@ struct MatrixAffine {
   };
   static PP_HD value_type identity() {
     value_type v;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       v.b[i] = T(0);
-#pragma unroll
+      PP_UNROLL
       for (int j = 0; j < D; ++j) v.A[i * D + j] = T(i == j ? 1 : 0);
     }
     return v;
   }
   static PP_HD value_type combine(const value_type& earlier, const value_type& later) {
     value_type r;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < D; ++i) {
       T acc = later.b[i];
-#pragma unroll
+      PP_UNROLL
       for (int k = 0; k < D; ++k) acc += later.A[i * D + k] * earlier.b[k];
       r.b[i] = acc;
-#pragma unroll
+      PP_UNROLL
       for (int j = 0; j < D; ++j) {
         T s = T(0);
-#pragma unroll
+        PP_UNROLL
         for (int k = 0; k < D; ++k) s += later.A[i * D + k] * earlier.A[k * D + j];
         r.A[i * D + j] = s;
       }

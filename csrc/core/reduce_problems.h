@@ -78,7 +78,7 @@ struct ReduceProblem : ProblemBase<M> {
   PP_HD void load_side_by_side(const Cursor& first, int64_t pos, Value (&values)[kRows]) const {
     const In* x = in + first.in + pos * in_rows.stride_len;
     const bool kept = mask == nullptr || mask[first.mask + pos * mask_rows.stride_len];
-#pragma unroll
+    PP_UNROLL
     for (int r = 0; r < kRows; ++r) values[r] = kept ? Traits::element(x[r]) : M::identity();
   }
   // The elements of rows first, first + 1, ... at `pos`, or nullptr where the position is
@@ -134,7 +134,7 @@ struct ReduceProblem : ProblemBase<M> {
   PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
     In raw[N];
     if (mask != nullptr || in_rows.stride_len != 1 || !load_wide<N>(in + c.in + pos, raw)) return false;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) values[i] = Traits::element(raw[i]);
     return true;
   }

@@ -95,7 +95,7 @@ struct ScanProblem : ProblemBase<M> {
   PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
     In raw[N];
     if (in_rows.stride_len != 1 || !load_wide<N>(in + c.in + pos, raw)) return false;
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) values[i] = static_cast<Value>(raw[i]);
     return true;
   }
@@ -120,7 +120,7 @@ struct ScanProblem : ProblemBase<M> {
   PP_HD bool store_run(const Cursor& c, int64_t pos, const Value (&values)[N]) const {
     if (out_rows.stride_len != 1) return false;
     Out raw[N];
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < N; ++i) raw[i] = static_cast<Out>(values[i]);
     return store_wide<N>(out + c.out + pos, raw);
   }

@@ -53,7 +53,7 @@ PP_HD bool load_wide_bytes(const T* p, void* out) {
     if (reinterpret_cast<uintptr_t>(p) % kWide != 0) return false;
     constexpr int kWords = N * static_cast<int>(sizeof(T)) / kWide;
     W words[kWords];
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < kWords; ++i) words[i] = reinterpret_cast<const W*>(p)[i];
     memcpy(out, words, sizeof(words));
     return true;
@@ -143,7 +143,7 @@ PP_HD bool store_wide(T* p, const T (&in)[N]) {
     constexpr int kWords = N * static_cast<int>(sizeof(T)) / kWide;
     W words[kWords];
     memcpy(words, static_cast<const void*>(in), sizeof(words));
-#pragma unroll
+    PP_UNROLL
     for (int i = 0; i < kWords; ++i) reinterpret_cast<W*>(p)[i] = words[i];
     return true;
   }

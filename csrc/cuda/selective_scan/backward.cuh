@@ -77,7 +77,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   // du and d(delta) over them for kSumSteps steps at once (sum_over_channel_threads: 3 and 6
   // shuffles for 4 steps instead of 8 and 16); otherwise each step sums its own.
   constexpr int kSumSteps = kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
-  static_assert(kSumSteps == 0 || K % kSumSteps == 0, "a chunk holds whole groups of summed steps");
+  // kSumSteps as a divisor: the same where the sums are taken, and never zero in the code that
+  // is discarded without them (a % by a constant zero there draws a compiler warning).
+  constexpr int kSumGroup = kSumSteps > 0 ? kSumSteps : 1;
+  static_assert(K % kSumGroup == 0, "a chunk holds whole groups of summed steps");
   constexpr bool kFixed = kThreadsPerChannel > 0;
   // The paired lane layout (ThreadPlace) in the fixed instance, whose sums over lanes take their
   // masks at compile time.
@@ -487,7 +490,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           Acc h_after[kStates];
 #pragma unroll
           for (int j = 0; j < kStates; ++j) h_after[j] = h[j];
-          Acc sum_parts[2 * (kSumSteps > 0 ? kSumSteps : 1)];  // d(delta), then du, of a group's steps
+          Acc sum_parts[2 * kSumGroup];  // d(delta), then du, of a group's steps
           auto walk_back_step = [&](int i, auto in_whole_chunk) {
             const Acc dl = s_delta[channel_step0 + i];
             const Acc u = s_u[channel_step0 + i];
@@ -518,15 +521,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               if (!C_variable) dCc[j] += dC;
             }
             if constexpr (decltype(in_whole_chunk)::value && kSumSteps > 0) {
-              sum_parts[i % kSumSteps] = ddelta_part;
-              sum_parts[kSumSteps + i % kSumSteps] = du_part;
-              if (i % kSumSteps == 0) {  // the group's first step: every step of it is in
+              sum_parts[i % kSumGroup] = ddelta_part;
+              sum_parts[kSumSteps + i % kSumGroup] = du_part;
+              if (i % kSumGroup == 0) {  // the group's first step: every step of it is in
                 // The channel's thread q gets entries 2q and 2q + 1: the first half of its
                 // threads d(delta) of two consecutive steps each, the other half du.
                 sum_over_channel_threads<kSumSteps, kPaired>(sum_parts);
                 const int entry = 2 * me.quad;
                 Acc* sums = entry < kSumSteps ? s_ddelta : s_du;
-                const int at = channel_step0 + i + entry % kSumSteps;
+                const int at = channel_step0 + i + entry % kSumGroup;
                 sums[at] = sum_parts[0];
                 sums[at + 1] = sum_parts[1];
               }
