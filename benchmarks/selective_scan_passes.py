@@ -9,53 +9,41 @@ combined carries. This prints each pass's time, forward and forward+backward:
 
 Shapes (batch, dim, L, N = 16): dense (8, 1536, 2048), packed (1, 1536, 16384) in the sequences
 of bench_selective_scan.py's packed row, rows2 (2, 1536, 16384), row1 (1, 2048, 65536). Inputs
-as in bench_selective_scan.py: variable B and C, D, z, delta_bias, delta_softplus. Times are the
-mean of --calls calls after three warm-up calls; `other` is torch's kernels (the gradient of
-`out`, the sums of the per-block partial gradients).
+and calls are bench_selective_scan.py's (variable B and C, D, z, delta_bias, delta_softplus;
+fwd+bwd: the gradients of every input). Times are the mean of --calls calls after three warm-up
+calls; `other` is torch's kernels (the sums of the per-block partial gradients, A's included).
 """
 import argparse
 import os
 import re
 import sys
+import types
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
-import torch_parprims as pp  # noqa: E402
-from bench_selective_scan import packed_lengths  # noqa: E402
+from bench_selective_scan import SelectiveScan, offsets_of, packed_lengths  # noqa: E402
 
 SHAPES = {"dense": (8, 1536, 2048), "packed": (1, 1536, 16384), "rows2": (2, 1536, 16384), "row1": (1, 2048, 65536)}
 PACKED_L0 = 256  # bench_selective_scan.py's shortest packed sequence at full size
+DSTATE = 16
 
 
-def make_inputs(batch, dim, length, dtype, lengths=None, dstate=16):
-    g = torch.Generator(device="cuda").manual_seed(0)
-
-    def rand(*shape, dt=dtype):
-        return torch.randn(*shape, device="cuda", dtype=dt, generator=g)
-
-    u, delta, z = rand(batch, dim, length), rand(batch, dim, length) * 0.5 - 1, rand(batch, dim, length)
-    A = -torch.rand(dim, dstate, device="cuda", generator=g) - 0.5
-    B, C = rand(batch, dstate, length), rand(batch, dstate, length)
-    D, delta_bias = rand(dim, dt=torch.float32), rand(dim, dt=torch.float32)
-    cu_seqlens = None
-    if lengths is not None:
-        cu_seqlens = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
-    return dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, cu_seqlens=cu_seqlens)
+def make_inputs(shape, dtype, lengths=None):
+    """bench_selective_scan.py's inputs (gradients required, and a gradient of `out`)."""
+    bench = SelectiveScan(types.SimpleNamespace(device="cuda", gpu=True, quick=False))
+    offsets = offsets_of(lengths) if lengths is not None else None
+    return bench.gen((*shape, DSTATE), dtype, seed=0, grad=True, offsets=offsets)
 
 
 def call(x, backward):
-    grads_of = (x["u"], x["delta"], x["B"], x["C"], x["z"])
-    for t in grads_of:
-        t.requires_grad_(backward)
-    out = pp.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"],
-                               delta_softplus=True, cu_seqlens=x["cu_seqlens"])
     if backward:
-        out.backward(torch.ones_like(out))
-    for t in grads_of:
-        t.grad = None
+        SelectiveScan.ours_fwd_bwd(x)
+    else:
+        with torch.no_grad():
+            SelectiveScan.ours_fwd(x)
 
 
 def pass_name(kernel):
@@ -93,7 +81,7 @@ def main():
     print(f"# {torch.cuda.get_device_name()}; segments: {segments}; packed lengths {lengths}")
     for dtype in (getattr(torch, d) for d in args.dtypes):
         for shape in args.shapes:
-            x = make_inputs(*SHAPES[shape], dtype, lengths if shape == "packed" else None)
+            x = make_inputs(SHAPES[shape], dtype, lengths if shape == "packed" else None)
             for backward in (False, True):
                 times = pass_times(x, backward, args.calls)
                 parts = "; ".join(f"{k} {v:.3f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))

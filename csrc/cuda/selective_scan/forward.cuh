@@ -111,9 +111,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Acc* s_skip = reinterpret_cast<Acc*>(s_pair + channel_rows);  // D*u
   Acc* s_gate = s_skip + channel_rows;                           // silu(z), or 1
   Acc* s_y = s_gate + channel_rows;  // y (kYSummed) or its parts, this state tile's
-  // (B, C) of a step's state side by side: a thread's S states of a step are 16-byte loads of
-  // 2S values (with two states a thread, a warp's B and C took one shared-memory wavefront where
-  // they were two).
+  // (B, C) of a step's state side by side (B alone where kBCWidth is 1): a thread's S states of
+  // a step are 16-byte loads of kBCWidth * S values (with two states a thread, a warp's B and C
+  // took one shared-memory wavefront where they were two).
   Acc* s_BC = reinterpret_cast<Acc*>(smem_raw) + Chunk::bc_offset(channels_per_block, kYSummed);
   const bool variable_BC = variable_B || variable_C;
   auto* s_channel = reinterpret_cast<ChannelConstants<Acc>*>(s_BC + (variable_BC ? 2 * K * states_per_tile : 0));
