@@ -92,10 +92,13 @@ def reductions(dev):
     # Long sequences on average (the stream pass), one over several pieces (4096 here).
     warp_offsets = torch.tensor([0, 9000, 9000, 9300, 10800, 10817, n], device=dev)
     for op in ("sum", "mean", "max", "logsumexp"):
-        for x in (torch.randn(n, device=dev), torch.randn(3, n, device=dev), torch.randn(2, 2 * n, device=dev)[:, ::2],
-                  torch.randn(n, 8, device=dev)):
+        # Along the last dim (rows, a strided view), then packed features along dim 0 (the columns
+        # pass: one feature a thread, and 4 side by side read as one word).
+        for x, dim in ((torch.randn(n, device=dev), 0), (torch.randn(3, n, device=dev), 1),
+                       (torch.randn(2, 2 * n, device=dev)[:, ::2], 1), (torch.randn(n, 8, device=dev), 0),
+                       (torch.randn(n, 6, device=dev), 0), (torch.randn(n, 64, device=dev).bfloat16(), 0)):
             for cuts in (offsets, warp_offsets):
-                pp.segment_reduce(x, cuts, op, 0 if x.dim() == 2 and x.shape[1] == 8 else x.dim() - 1)
+                pp.segment_reduce(x, cuts, op, dim)
     h = torch.randn(4, 300, 16, device=dev)
     pp.reduce(h, 1, "mean", torch.rand(4, 300, 1, device=dev) > 0.3)
     pp.reduce(h, -1, "max")

@@ -311,6 +311,26 @@ def test_segment_reduce_features(op, dtype, layout, device):
     assert torch.equal(got, pp.segment_reduce(x, offsets, op, dim))
 
 
+@pytest.mark.parametrize("features", (64, 8))
+@pytest.mark.parametrize("op, dtype", (("sum", torch.float32), ("max", torch.float32), ("mean", torch.float32),
+                                       ("sum", torch.bfloat16), ("prod", torch.float64)))
+def test_segment_reduce_features_on_piece_edges(op, dtype, features, device):
+    """Packed (T, F) features whose sequences start and end on and next to the edges of the CUDA
+    columns pass's pieces (16 positions at this size): runs of exactly one and two pieces, one
+    position either side, empty sequences on an edge, one sequence over 40 pieces (folded by a
+    warp in the fix-up) and one over exactly 33 and 32, sequences of 1-3 positions (several
+    ends in one batch of positions), and a last piece cut short. Equal to the reference, and the
+    same bits on a second call."""
+    lengths = ([16, 16, 0, 15, 1, 16, 17, 31, 33, 0, 0, 32, 640, 1, 2, 3, 1, 1, 2, 528, 512, 15]
+               + [3, 1, 2] * 7 + [16 * 5 + 7])
+    offsets = make_offsets(lengths, device=device)
+    x = draw((sum(lengths), features), DRAW_OP[op], dtype, "normal", device)
+    got = pp.segment_reduce(x, offsets, op)
+    expected, scale = _expected_segment(x, offsets, op, 0)
+    assert_close(got, expected, scale=scale)
+    assert torch.equal(got, pp.segment_reduce(x, offsets, op))
+
+
 def test_segment_reduce_long_mean_count_is_exact(device):
     """The mean divides by an integer count: a float32 count would stop at 2^24 elements.
 
