@@ -312,7 +312,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
             const Acc u = raw_u.template value<Acc>(k), delta = raw_delta.template value<Acc>(k);
             const Acc z = raw_z.template value<Acc>(k);
             const int at = channel * kPitch + items.column(r) * kSteps + k;
-            const Acc dl = real ? fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) : Acc(0);
+            // Zero past the data by a multiply: `real ? f : 0` compiled to a branch around f with a
+            // convergence barrier per element. (Items past the data were loaded as zeros: f is finite.)
+            const Acc dl = fast_processed_delta(delta, constants.delta_bias, p.delta_softplus) * (real ? Acc(1) : Acc(0));
             s_pair[at] = DeltaPair<Acc>{dl, dl * u};
             if constexpr (!kSummary) {  // the finish's operands
               s_skip[at] = (real && D) ? constants.D * u : Acc(0);
