@@ -126,6 +126,9 @@ struct ReduceProblem : ProblemBase<M> {
   // The same in two steps, for a kernel that writes many segments of one row: the row's
   // outputs (a decomposition of the row index, divisions) found once.
   PP_HD int64_t final_row(int64_t row) const { return out_rows.row_offset(row); }
+  // For rows in words (rows_in_words): row first + r's outputs are final_row(first) + r times
+  // this (the rows differ in their innermost index alone).
+  PP_HD int64_t final_row_step() const { return out_rows.ndim > 0 ? out_rows.strides[out_rows.ndim - 1] : 0; }
   PP_HD void store_final_in_row(int64_t final_row, int64_t segment, const Value& v) const {
     out[final_row + segment * out_rows.stride_len] = static_cast<Out>(Traits::result(v));
   }

@@ -48,6 +48,18 @@
 
 namespace parprims::cuda {
 
+template <class P>
+struct SegmentColumnsPolicy {
+  static constexpr int kThreads = 256;
+  // With two batches in flight a thread, 3 blocks an SM (at most 80 registers, 24 warps) keep
+  // about as many bytes in flight as the stream pass where elements are read as the 4-byte values
+  // they are folded in; half elements (widened when folded) and (sum, count) pairs spill at 80
+  // registers, and take 2 (at most 128).
+  static constexpr int kMinBlocksPerSM =
+      sizeof(typename P::Value) == 4 && sizeof(typename P::Input) == 4 ? 3 : 2;
+  static constexpr int64_t kMaxChunkLength = int64_t(1) << 30;  // positions in a piece fit an int
+};
+
 // A batch of kUnroll positions of a columns-pass thread's kRows rows, loaded before any is
 // used (their loads in flight together). kRows == 1: the row's values through the problem (any
 // layout, a mask per row). kRows > 1: rows that lie side by side in words (ReduceProblem::
@@ -59,6 +71,7 @@ struct ColumnBatch {
   using Value = typename P::Value;
   using In = typename P::Input;
   static constexpr bool kWords = kRows > 1;
+  static constexpr int kCount = kUnroll;
   Value values[kWords ? 1 : kUnroll];
   In raw[kWords ? kUnroll : 1][kRows];
   bool kept[kWords ? kUnroll : 1];
@@ -88,19 +101,118 @@ struct ColumnBatch {
   }
 };
 
+// The fold of one columns-pass piece (kRows rows that share their segments) along its positions,
+// a run of one segment at a time: inside a run a position costs its combines and one test
+// (is this where the run stops?); where it stops, the run's value is written (whole when its
+// segment started in this piece, else as the piece's head) and the next segment's run begins;
+// the piece's last run leaves the tail (or the head, when one segment covers the whole piece).
+template <class P, int kRows>
+struct ColumnRuns {
+  using M = typename P::Monoid;
+  using Value = typename P::Value;
+  const P& problem;
+  const ScanGeometry& g;
+  const PiecePartials<Value>& parts;
+  int64_t first_row;
+  int64_t chunk;
+  int64_t out_row;     // problem.final_row(first_row): the rows' outputs, found once
+  int64_t begin;       // the piece's first position
+  int length;          // its positions
+  int64_t segment;     // the segment being folded
+  int64_t next_start;  // the start of the one after it
+  int stop;            // where its run stops, relative to begin (its end, or length)
+  bool started_here;   // whether it started inside this piece
+  Value acc[kRows];
+
+  // The segment holding the piece's first position (first_segment, written before the pass).
+  __device__ __forceinline__ void enter(const PieceSegments& segments) {
+    segment = segments.lo(chunk);
+    started_here = g.segment_start(segment) == begin;
+    next_start = g.segment_start(segment + 1);
+    begin_run(0);
+  }
+
+  // Folds the values of positions base, base + 1, ... (relative), Batch::kCount of them, ending
+  // the runs that stop among them; positions past the piece hold the identity. One place ends
+  // runs (not one per position of the batch): the code stays small and its registers few.
+  template <class Batch>
+  __device__ __forceinline__ void fold(const Batch& batch, int base) {
+    int from = 0;
+    while (stop < base + Batch::kCount && stop < length) {
+      fold_range(batch, from, stop - base);
+      from = stop - base;
+      end_run(stop);
+    }
+    fold_range(batch, from, Batch::kCount);
+  }
+
+  // After the last position: the run that reaches the piece's end.
+  __device__ __forceinline__ void finish() {
+    if (started_here && next_start == begin + length) {  // ends with the piece
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) store_final(r);
+      return;
+    }
+    Value* partial = started_here ? parts.tail : parts.head;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) partial[parts.at(first_row + r, chunk)] = acc[r];
+  }
+
+ private:
+  __device__ __forceinline__ void store_final(int r) const {
+    problem.store_final_in_row(out_row + r * problem.final_row_step(), segment, acc[r]);
+  }
+  template <class Batch>
+  __device__ __forceinline__ void fold_range(const Batch& batch, int from, int to) {
+#pragma unroll
+    for (int k = 0; k < Batch::kCount; ++k) {
+      if (k >= from && k < to) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], batch.value(problem, k, r));
+      }
+    }
+  }
+  __device__ __forceinline__ void begin_run(int pos) {
+    // Clamped, so that invalid (unsorted) offsets cannot stall the walk or end it early.
+    stop = static_cast<int>(max(int64_t{pos} + 1, min(next_start - begin, int64_t{length})));
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = M::identity();
+  }
+  // The segment ended before `pos` (relative, < length): its value, then the segment holding pos
+  // (empty segments skipped).
+  __device__ __forceinline__ void end_run(int pos) {
+    if (started_here) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) store_final(r);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) parts.head[parts.at(first_row + r, chunk)] = acc[r];
+    }
+    // Never past the last segment, whatever the offsets say (their results are then wrong).
+    const int64_t last = g.num_segments() - 1;
+    const int64_t at = begin + pos;
+    while (segment < last) {
+      ++segment;
+      next_start = g.segment_start(segment + 1);
+      if (next_start > at) break;
+    }
+    started_here = true;
+    begin_run(pos);
+  }
+};
+
 // The columns pass: a thread walks a chunk of kRows neighbouring rows (one row in any layout;
 // kRows > 1: rows in words, see ColumnBatch), and neighbouring threads take neighbouring
 // groups of rows of the same chunk, so that every load is coalesced and segment boundaries
-// are the same across the threads of a chunk.
+// are the same across the threads of a chunk. Two batches of positions are in flight: the next
+// one's loads are issued before the current one is folded, and the first two before the
+// segment's offsets are read.
 template <class P, int kRows>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(SegmentColumnsPolicy<P>::kThreads, SegmentColumnsPolicy<P>::kMinBlocksPerSM)
     segment_reduce_columns_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
                                   const PieceSegments segments, int64_t chunks) {
   if (chunks > 1) allow_dependent_launch();  // the fix-up follows (see allow_dependent_launch)
-  using M = typename P::Monoid;
-  using Value = typename P::Value;
-  // Positions loaded together per thread: 8, or 4 when a position is a 16-byte word (float words: 110
-  // registers on sm_90 and no spills; 8 of them spilled).
+  // Positions a batch: 4 when a position is a 16-byte word, else 8.
   constexpr int kWordBytes = kRows * static_cast<int>(sizeof(typename P::Input));
   constexpr int kUnroll = kWordBytes >= 16 ? 4 : 8;
   using Batch = ColumnBatch<P, kRows, kUnroll>;
@@ -112,76 +224,67 @@ __global__ void __launch_bounds__(256)
     const int64_t first_row = (piece - chunk * groups) * kRows;
     const int64_t begin = chunk * parts.chunk_length;
     const int64_t end = min(begin + parts.chunk_length, g.len);
+    const int length = static_cast<int>(end - begin);
     const auto first = problem.cursor(first_row);
-    SegmentWalker w;
-    w.seek(g, begin, segments.lo(chunk), segments.lo(chunk));
-    PieceFold<P, kRows> fold;
-    fold.start();
-    if (!w.starts_segment(g, begin) && w.next_start >= end) {
-      // No segment starts in the chunk (the common case): fold, then hand the fold on once.
-      Value acc[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = M::identity();
-      for (int64_t base = begin; base < end; base += kUnroll) {
-        Batch batch;
-        batch.load(problem, first, base, end);
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[r] = M::combine(acc[r], batch.value(problem, k, r));
-        }
-      }
-      fold.add(problem, parts, first_row, chunk, w.segment, acc, false, w.is_last(end - 1), true);
-      continue;
+    Batch a, b;
+    a.load(problem, first, begin, end);
+    b.load(problem, first, begin + kUnroll, end);
+    ColumnRuns<P, kRows> runs{problem, g, parts, first_row, chunk, problem.final_row(first_row), begin, length};
+    runs.enter(segments);
+    for (int base = 0; base < length; base += 2 * kUnroll) {
+      runs.fold(a, base);
+      if (base + 2 * kUnroll < length) a.load(problem, first, begin + base + 2 * kUnroll, end);
+      if (base + kUnroll < length) runs.fold(b, base + kUnroll);
+      if (base + 3 * kUnroll < length) b.load(problem, first, begin + base + 3 * kUnroll, end);
     }
-    for (int64_t base = begin; base < end; base += kUnroll) {
-      Batch batch;
-      batch.load(problem, first, base, end);
-#pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int64_t pos = base + k;
-        if (pos < end) {
-          const bool head = pos == begin ? w.starts_segment(g, pos) : w.enter(g, pos);
-          Value values[kRows];
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) values[r] = batch.value(problem, k, r);
-          fold.add(problem, parts, first_row, chunk, w.segment, values, head, w.is_last(pos), pos == end - 1);
-        }
-      }
-    }
+    runs.finish();
   }
 }
 
-// The segments that cross pieces, from their partials, in order: one thread per (row, segment),
-// rows fastest (neighbouring threads share the segment's offsets and read neighbouring partials
-// in the column layout), folding head[c0+1 .. c1] itself when the segment spans few pieces; the
-// rare segment that spans more (one huge sequence) is folded by the whole warp. Launched as a
-// dependent of the pass (launch_fixup), it reads the offsets while the pass finishes.
+// The edges between pieces that the fix-up looks at: all of them, or only the first when every
+// row is one segment (which crosses every edge, and the first is where its fold begins).
+PP_HD int64_t fixup_edges(const PieceSegments& segments, int64_t chunks) {
+  return segments.first_segment != nullptr ? chunks - 1 : 1;
+}
+
+// The segments that cross pieces, from their partials, in order: a thread per (boundary c
+// between pieces c - 1 and c, row), rows fastest (neighbouring threads share the boundary and
+// read neighbouring partials in the columns layout). The segment holding a boundary's first
+// position is folded by the thread of the first boundary it crosses, tail[c0] (+) head[c0 + 1]
+// (+) ... (+) head[c1], itself when the segment spans few pieces; the rare one that spans more
+// (one huge sequence) is folded by the whole warp. So the work follows the pieces, not the
+// segments (a (T, 64) input of 2^20 positions in 65536 sequences: 0.8 million threads, where a
+// thread per (row, segment) was 4 million). Launched as a dependent of the pass (launch_fixup);
+// it reads the segments' bounds while the pass finishes, unless the pass writes first_segment.
 template <class P>
 __global__ void __launch_bounds__(256)
-    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts) {
+    segment_reduce_fixup_kernel(const P problem, const ScanGeometry g, const PiecePartials<typename P::Value> parts,
+                                const PieceSegments segments, int64_t chunks, bool segments_from_pass) {
   using M = typename P::Monoid;
   using Value = typename P::Value;
   constexpr int64_t kSerialSpan = 32;
   const int lane = threadIdx.x & 31;
-  const int64_t items = g.rows * g.num_segments();
+  const int64_t items = g.rows * fixup_edges(segments, chunks);
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  if (segments_from_pass) wait_for_prerequisite_grid();
   for (int64_t base = warp * 32; base < items; base += warps * 32) {  // the same trip count for a whole warp
     const int64_t item = base + lane;
     int64_t row = 0, segment = 0, c0 = 0, c1 = 0;
     if (item < items) {
-      segment = item / g.rows;
-      row = item - segment * g.rows;
+      const int64_t c = item / g.rows + 1;
+      row = item - (c - 1) * g.rows;
+      segment = segments.lo(c);
       // Clamped, so that invalid offsets read only slots that exist (their values are then wrong).
       int64_t lo, hi;
       clamped_bounds(g, segment, lo, hi);
-      if (hi > lo) {  // an empty segment has the empty result the host wrote
-        c0 = lo / parts.chunk_length;
+      const int64_t boundary = c * parts.chunk_length;
+      if (lo < boundary && lo >= boundary - parts.chunk_length && hi > boundary) {
+        c0 = c - 1;
         c1 = (hi - 1) / parts.chunk_length;
       }
     }
-    wait_for_prerequisite_grid();  // the pass's partials (the offsets above overlap its end)
+    wait_for_prerequisite_grid();  // the pass's partials (the bounds above overlap its end)
     const bool warp_folds = c1 - c0 > kSerialSpan;
     if (c1 > c0 && !warp_folds) {  // c0 == c1: written by the pass
       Value acc = parts.tail[parts.at(row, c0)];
@@ -224,13 +327,17 @@ struct SegmentReduceEngine {
   static constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
   // Positions per thread of the columns pass, whose threads take `rows_per_thread` rows each:
-  // about 2^20 elements' worth of threads (enough to fill the GPU a few times over), at least
-  // 16 positions each so that the fix-up stays small.
-  static int64_t column_chunk_length(const ScanGeometry& g, int rows_per_thread) {
-    const int64_t threads_wanted = (int64_t(1) << 20) / rows_per_thread;
+  // the pieces fill the resident threads twice (a whole number of waves, give or take the
+  // rounding, where a fixed count of threads left most of the GPU idle in a last part-wave), and
+  // are at least 16 positions long, so that the fix-up stays small.
+  template <class P>
+  int64_t column_chunk_length(const ScanGeometry& g, int rows_per_thread) const {
+    using Policy = SegmentColumnsPolicy<P>;
+    constexpr int64_t kWaves = 2;
+    const int64_t resident = int64_t{ctx.sm_count} * Policy::kMinBlocksPerSM * Policy::kThreads;
     const int64_t groups = g.rows / rows_per_thread;
-    const int64_t per_thread = (groups * g.len + threads_wanted - 1) / threads_wanted;
-    return std::max<int64_t>(16, per_thread);
+    const int64_t per_thread = (groups * g.len + kWaves * resident - 1) / (kWaves * resident);
+    return std::min(std::max<int64_t>(16, per_thread), Policy::kMaxChunkLength);
   }
   // Rows of the columns pass that a thread reads a word of at a time (ReduceProblem::rows_in_words).
   static constexpr int kColumnWordRows = 4;
@@ -244,11 +351,14 @@ struct SegmentReduceEngine {
   }
 
   // The fix-up of the segments that cross pieces, a dependent launch of the pass before it.
+  // segments_from_pass: first_segment is written by the pass itself (the stream pass).
   template <class P>
-  void launch_fixup(const P& problem, const ScanGeometry& g, const PiecePartials<typename P::Value>& parts) const {
-    const int64_t items = g.rows * g.num_segments();
+  void launch_fixup(const P& problem, const ScanGeometry& g, const PiecePartials<typename P::Value>& parts,
+                    const PieceSegments& segments, int64_t chunks, bool segments_from_pass) const {
+    const int64_t items = g.rows * fixup_edges(segments, chunks);
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((items + 255) / 256, kMaxBlocks));
-    launch_after(segment_reduce_fixup_kernel<P>, blocks, 256, ctx, problem, g, parts);
+    launch_after(segment_reduce_fixup_kernel<P>, blocks, 256, ctx, problem, g, parts, segments, chunks,
+                 segments_from_pass);
   }
 
   // Rows whose sequences are this long on average (positions) take the stream pass, unless the
@@ -279,19 +389,22 @@ struct SegmentReduceEngine {
     parts.row_step = pieces;
     parts.chunk_step = 1;
     parts.chunk_length = piece_length;
+    // The segment holding each piece's first position, as the piece's warp finds it (for the fix-up).
+    auto* first_segment = static_cast<int64_t*>(ctx.workspace->allocate(pieces * sizeof(int64_t)));
     constexpr int64_t kWarpsPerBlock = Policy::kThreads / 32;
     const int64_t blocks = std::min<int64_t>((g.rows * pieces + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
     // Words of 16 bytes hold whole elements of every type that reductions read.
     static_assert(16 % sizeof(typename P::Input) == 0, "segment reduction: an element size that does not divide 16");
     const auto launch = [&](auto kernel) {
-      launch_after(kernel, static_cast<unsigned>(blocks), Policy::kThreads, ctx, problem, g, parts, pieces, piece_length);
+      launch_after(kernel, static_cast<unsigned>(blocks), Policy::kThreads, ctx, problem, g, parts,
+                   first_segment, pieces, piece_length);
     };
     if (problem.rows_contiguous() && !wide_access_disabled()) {
       launch(segment_reduce_stream_kernel<P, PiecePartials<Value>, true>);
     } else {
       launch(segment_reduce_stream_kernel<P, PiecePartials<Value>, false>);
     }
-    if (pieces > 1) launch_fixup(problem, g, parts);
+    if (pieces > 1) launch_fixup(problem, g, parts, PieceSegments{first_segment, g.num_segments() - 1}, pieces, true);
   }
 
   template <class P>
@@ -313,7 +426,7 @@ struct SegmentReduceEngine {
     if constexpr (kWordsFit) {
       column_words = columns && !wide_access_disabled() && problem.template rows_in_words<kColumnWordRows>();
     }
-    const int64_t chunk_length = columns ? column_chunk_length(g, column_words ? kColumnWordRows : 1)
+    const int64_t chunk_length = columns ? column_chunk_length<P>(g, column_words ? kColumnWordRows : 1)
                                          : int64_t{row_tile_threads} * Policy::kItems;
     const int64_t chunks = (g.len + chunk_length - 1) / chunk_length;
     const int64_t pieces = g.rows * chunks;
@@ -335,8 +448,9 @@ struct SegmentReduceEngine {
       parts.row_step = 1;
       parts.chunk_step = g.rows;
       const int64_t threads = column_words ? pieces / kColumnWordRows : pieces;
-      const auto blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, kMaxBlocks));
-      const auto launch = [&](auto kernel) { kernel<<<blocks, 256, 0, stream>>>(problem, g, parts, segments, chunks); };
+      constexpr int kThreads = SegmentColumnsPolicy<P>::kThreads;
+      const auto blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, kMaxBlocks));
+      const auto launch = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(problem, g, parts, segments, chunks); };
       if constexpr (kWordsFit) {
         if (column_words) launch(segment_reduce_columns_kernel<P, kColumnWordRows>);
         else launch(segment_reduce_columns_kernel<P, 1>);
@@ -361,7 +475,7 @@ struct SegmentReduceEngine {
       }
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (chunks > 1) launch_fixup(problem, g, parts);
+    if (chunks > 1) launch_fixup(problem, g, parts, segments, chunks, false);
   }
 };
 

@@ -22,41 +22,6 @@ struct PiecePartials {
   PP_HD int64_t at(int64_t row, int64_t chunk) const { return row * row_step + chunk * chunk_step; }
 };
 
-// The fold of one piece's positions in order, as they arrive, for kRows rows that share their
-// segments (a thread of the columns pass): restarts at a segment start, writes a segment that
-// ends after starting in this piece, and hands the rest to the partials.
-template <class P, int kRows>
-struct PieceFold {
-  using M = typename P::Monoid;
-  using Value = typename P::Value;
-  Value running[kRows];
-  bool started_here;  // whether the segment being folded started inside this piece
-
-  __device__ __forceinline__ void start() {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) running[r] = M::identity();
-    started_here = false;
-  }
-
-  // The values at one position of rows first_row, first_row + 1, ... (in segment `segment`),
-  // whether the position starts or ends its segment, and whether it is the last of the piece.
-  __device__ __forceinline__ void add(const P& problem, const PiecePartials<Value>& parts, int64_t first_row,
-                                      int64_t chunk, int64_t segment, const Value (&v)[kRows], bool head,
-                                      bool ends_segment, bool ends_piece) {
-    if (head) started_here = true;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) running[r] = head ? v[r] : M::combine(running[r], v[r]);
-    if (ends_segment && started_here) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) problem.store_final(first_row + r, segment, running[r]);
-    } else if (ends_segment || ends_piece) {
-      Value* partial = started_here ? parts.tail : parts.head;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) partial[parts.at(first_row + r, chunk)] = running[r];
-    }
-  }
-};
-
 // first_segment[c] = the segment holding position c * chunk_length, and first_segment[chunks] the
 // one holding the row's last position. Written by the segments rather than searched for by the
 // pieces: a thread per segment writes the entries of the pieces whose first position it holds,

@@ -304,14 +304,16 @@ struct PrologueRound {
   __device__ __forceinline__ Value value_of(const P&, int) const { return v; }
 };
 
-// Warp w of the grid folds pieces w, w + warps, ... (row-major, `piece_length` positions each).
+// Warp w of the grid folds pieces w, w + warps, ... (row-major, `piece_length` positions each),
+// and row 0's warps write the segment holding each piece's first position (first_segment, for
+// the fix-up).
 // Launched as a dependent of the output's fill (run_stream_pass): a warp's first loads and its
 // search overlap the fill's end, and it waits for the fill before it can store. kWide: the rows are contiguous arrays (problem.rows_contiguous()), read in 16-byte words;
 // else element by element (a mask, a strided dimension).
 template <class P, class Parts, bool kWide>
 __global__ void __launch_bounds__(SegmentStreamPolicy::kThreads, SegmentStreamPolicy::kMinBlocksPerSM)
-    segment_reduce_stream_kernel(const P problem, const ScanGeometry g, const Parts parts, int64_t pieces,
-                                 int64_t piece_length) {
+    segment_reduce_stream_kernel(const P problem, const ScanGeometry g, const Parts parts, int64_t* first_segment,
+                                 int64_t pieces, int64_t piece_length) {
   using In = typename P::Input;
   if (pieces > 1) allow_dependent_launch();  // the fix-up follows (see allow_dependent_launch)
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (SegmentStreamPolicy::kThreads / 32);
@@ -334,6 +336,7 @@ __global__ void __launch_bounds__(SegmentStreamPolicy::kThreads, SegmentStreamPo
       if (body > 0) prologue.load(problem, base, body);
       w.prime(a, b, body, load);
       w.enter();
+      if (row == 0 && (threadIdx.x & 31) == 0) first_segment[piece] = w.s.segment;
       wait_for_prerequisite_grid();  // the output's fill, before the first store
       if (body > 0) w.fold(prologue, 0, body);
       w.stream(a, b, body, load);
@@ -342,6 +345,7 @@ __global__ void __launch_bounds__(SegmentStreamPolicy::kThreads, SegmentStreamPo
       ElementRound<P> a, b;
       w.prime(a, b, 0, load);
       w.enter();
+      if (row == 0 && (threadIdx.x & 31) == 0) first_segment[piece] = w.s.segment;
       wait_for_prerequisite_grid();  // the output's fill, before the first store
       w.stream(a, b, 0, load);
     }
