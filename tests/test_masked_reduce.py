@@ -26,6 +26,25 @@ def test_reduce_long_rows_of_several_tiles(op, device):
     assert_close(got, want, scale=x.cpu().double().abs().sum(-1) if op == "sum" else None)
 
 
+@pytest.mark.parametrize("op", ("sum", "mean", "max"))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float64))
+@pytest.mark.parametrize("masked", (False, True))
+def test_reduce_over_many_pieces_of_strided_rows(op, dtype, masked, device):
+    """Rows along a strided dim, (T, F) reduced over T, long enough that the CUDA columns pass
+    cuts each into hundreds of pieces: the row's one segment crosses them all, and is folded by a
+    whole warp (more than 32 pieces); (T, 4) for rows four a word, (T, 3) one a thread. The same
+    bits on every call, whichever piece finishes last."""
+    for features in (4, 3):
+        x = draw((5000, features), DRAW_OP[op], dtype, "normal", device)
+        mask = torch.rand(5000, 1, device=device) > 0.3 if masked else None
+        got = pp.reduce(x, 0, op, mask=mask)
+        expected = ref.reduce(x.cpu(), 0, op, None if mask is None else mask.cpu())
+        scale = ref.reduce(x.cpu().double().abs(), 0, "sum") if op != "max" else None
+        assert_close(got, expected, scale=scale)
+        for _ in range(3):
+            assert torch.equal(got, pp.reduce(x, 0, op, mask=mask))
+
+
 # ---- reduce (with masks) ------------------------------------------------------------------
 
 
