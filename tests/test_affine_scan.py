@@ -245,6 +245,38 @@ def test_affine_scan_equals_per_sequence_scans(s, device):
         assert_close(final[k], fk, scale=sf[k], what=f"final of sequence {k}")
 
 
+def _strided_copy(x):
+    """The values of x in a tensor whose last dim has stride 2 (read element by element)."""
+    wide = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+    wide[..., ::2] = x
+    return wide[..., ::2]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("reverse", (False, True))
+@pytest.mark.parametrize("log_gates", (False, True))
+def test_cpu_half_rows_in_blocks_equal_elementwise(dtype, reverse, log_gates):
+    """On the CPU, half gates and inputs with unit stride are converted a block of positions at a
+    time (strided ones one element at a time), with the same combines in the same order: the
+    states and final states are the same bits, around every block edge, with initial states, in
+    packed sequences, and in long rows cut into chunks."""
+    def check(shape, offsets=None, with_initial=False):
+        a, b = draw_gates(shape, dtype, log_gates, "cpu"), draw_values(shape, dtype, "cpu")
+        states = shape[:-1] if offsets is None else (offsets.numel() - 1, *shape[:-1])
+        h0 = torch.randn(states) if with_initial else None
+        run = lambda a, b: pp.affine_scan(a, b, -1, h0, offsets, reverse, log_gates)  # noqa: E731
+        (h, final), (h_el, final_el) = run(a, b), run(_strided_copy(a), _strided_copy(b))
+        assert torch.equal(h.view(torch.int16), h_el.view(torch.int16))
+        assert torch.equal(final, final_el)
+
+    for n in (1, 63, 64, 65, 66, 129, 200):
+        check((9, n), with_initial=n % 2 == 1)
+    check((4, 600), torch.tensor([0, 70, 70, 135, 136, 330, 600]), with_initial=True)
+    n = 2 * CPU_CHUNK + 77
+    check((1, n))
+    check((1, n), torch.tensor([0, 100, 100, CPU_CHUNK + 3, CPU_CHUNK + 5, n]), with_initial=True)
+
+
 def test_half_initial_state_in_either_dtype(device):
     b = torch.randn(2, 3, 40, device=device).to(torch.bfloat16)
     a = torch.rand(2, 3, 40, device=device).to(torch.bfloat16)

@@ -247,6 +247,45 @@ def test_cpu_long_row_accumulates_in_double(op):
     assert rel_err(pp.segmented_scan(x, offsets, 0, op), expected) < 1e-7
 
 
+def _strided_copy(x):
+    """The values of x in a tensor whose last dim has stride 2 (read element by element)."""
+    wide = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+    wide[..., ::2] = x
+    return wide[..., ::2]
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("op", ("add", "mul", "max", "logaddexp"))
+@pytest.mark.parametrize("exclusive,reverse", ((False, False), (True, False), (False, True), (True, True)))
+def test_cpu_half_rows_in_blocks_equal_elementwise(op, dtype, exclusive, reverse):
+    """On the CPU, half rows with unit stride are converted a block of positions at a time (the
+    rest, and strided rows, one element at a time), with the same combines in the same order:
+    the two give the same bits, around every block edge, in whole rows, packed sequences (also
+    of one long row, whose chunks run side by side) and long rows cut into chunks; and the
+    values agree with the float64 reference (but for float16 products of a long row, which pass
+    its largest value where the two round differently)."""
+    def check(x, offsets=None, against_reference=True):
+        def run(t):
+            if offsets is None:
+                return pp.scan(t, -1, op, exclusive, reverse)
+            return pp.segmented_scan(t, offsets, -1, op, exclusive, reverse)
+        got, elementwise = run(x), run(_strided_copy(x))
+        assert torch.equal(got.view(torch.int16), elementwise.view(torch.int16))
+        if not against_reference:
+            return
+        expected = ref.segmented_scan(x, offsets, -1, op, exclusive, reverse)
+        assert_close(got, expected, scale=scan_scale(x, offsets, -1, op, exclusive, reverse, expected))
+
+    for n in (1, 2, 63, 64, 65, 66, 128, 129, 130, 200):
+        check(draw((9, n), op, dtype))  # two groups of four rows side by side, and one alone
+    check(draw((4, 600), op, dtype), torch.tensor([0, 70, 70, 135, 136, 330, 600]))
+    n = 2 * CPU_CHUNK + 77
+    x = draw((1, n), op, dtype)
+    overflows = op == "mul" and dtype == torch.float16
+    check(x, against_reference=not overflows)
+    check(x, torch.tensor([0, 100, 100, CPU_CHUNK + 3, CPU_CHUNK + 5, n]), against_reference=not overflows)
+
+
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float16, torch.bfloat16))
 @pytest.mark.parametrize("op", OPS)
 def test_scan_backward_matches_reference(op, dtype, device):

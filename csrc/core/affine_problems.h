@@ -86,6 +86,24 @@ struct AffineProblem : ProblemBase<Affine<C>> {
     for (int i = 0; i < N; ++i) raw[i] = static_cast<In>(values[i].b);
     return store_wide<N>(h + c.h + pos, raw);
   }
+  // The CPU engine's blocks (ScanProblem says why): half gates, inputs and states.
+  static constexpr bool kConvertsInBlocks = sizeof(In) == 2 && std::is_floating_point_v<C>;
+  bool load_block(const Cursor& c, int64_t pos, int64_t n, Value* values) const {
+    if (a_rows.stride_len != 1 || b_rows.stride_len != 1) return false;
+    const In* ga = a + c.a + pos;
+    const In* gb = b + c.b + pos;
+    for (int64_t i = 0; i < n; ++i) values[i] = {static_cast<C>(ga[i]), static_cast<C>(gb[i])};
+    if (log_gates) {
+      for (int64_t i = 0; i < n; ++i) values[i].a = exp_any(values[i].a);
+    }
+    return true;
+  }
+  bool store_block(const Cursor& c, int64_t pos, int64_t n, const Value* values) const {
+    if (h_rows.stride_len != 1) return false;
+    In* to = h + c.h + pos;
+    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<In>(values[i].b);
+    return true;
+  }
   PP_HD Value at_head(const Value& v, int64_t row, int64_t segment) const {
     if (initial == nullptr) return v;
     return {v.a, v.a * static_cast<C>(initial[segment * rows + row]) + v.b};

@@ -6,9 +6,10 @@
 // every row has the same packed sequences), so that four independent chains of combines fill
 // each other's latency. Fewer rows than four per thread: the three-phase chunked scan (reduce
 // each chunk, scan the chunk totals, rescan each chunk from its carry-in) over
-// at::parallel_for, span by span, four chunks of a row interleaved per task. Reductions, which
-// write no per-element output, skip the scan: each segment is folded plainly (`reduce` in
-// reduce_engine.h).
+// at::parallel_for, span by span, four chunks of a row interleaved per task. The interleaved
+// stretches of half inputs convert their values and outputs a block at a time (in_blocks).
+// Reductions, which write no per-element output, skip the scan: each segment is folded plainly
+// (`reduce` in reduce_engine.h).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -147,11 +148,54 @@ struct RowScanner {
       acc[r] = v;
     }
     const int64_t step = g.reverse ? -1 : 1;
-    for (int64_t i = 1; i < n; ++i) {
+    int64_t i = 1;
+    if constexpr (P::kConvertsInBlocks) i = in_blocks<kWrite, kOneRow, kExclusive>(cursors, ppos, n, acc);
+    for (; i < n; ++i) {
       for (int r = 0; r < kPositions; ++r) ppos[r] += step;
       for (int r = 0; r < kInterleave; ++r) advance<kWrite, kExclusive>(cursors[kOneRow ? 0 : r], ppos[kOneRow ? r : 0], acc[r]);
     }
     for (int r = 0; r < kInterleave; ++r) carries[r] = acc[r];
+  }
+
+  // The interleaved stretches' next positions (after ppos) a block of up to kBlock at a time,
+  // each block of each stretch converted to values in one loop, scanned, and its outputs
+  // converted back in one loop (P::kConvertsInBlocks; the same combines in the same order).
+  // Returns the count of positions done, from 1 (the heads): n, or 1 when the rows are strided.
+  static constexpr int64_t kBlock = 64;
+  template <bool kWrite, bool kOneRow, bool kExclusive>
+  int64_t in_blocks(const Cursors<kOneRow>& cursors, int64_t (&ppos)[kOneRow ? kInterleave : 1], int64_t n,
+                    Value (&acc)[kInterleave]) const {
+    constexpr int kPositions = kOneRow ? kInterleave : 1;
+    const bool forward = !g.reverse;
+    Value values[kInterleave][kBlock];
+    int64_t i = 1;
+    for (int64_t m; i < n; i += m) {
+      m = std::min(kBlock, n - i);
+      // The block's lowest physical position, for each stretch.
+      int64_t lo[kPositions];
+      for (int r = 0; r < kPositions; ++r) lo[r] = forward ? ppos[r] + 1 : ppos[r] - m;
+      for (int r = 0; r < kInterleave; ++r) {
+        if (!problem.load_block(cursors[kOneRow ? 0 : r], lo[kOneRow ? r : 0], m, values[r])) return i;
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const int64_t k = forward ? j : m - 1 - j;
+        for (int r = 0; r < kInterleave; ++r) {
+          const Value v = values[r][k];
+          if constexpr (kExclusive) values[r][k] = acc[r];
+          acc[r] = M::combine(acc[r], v);
+          if constexpr (!kExclusive) values[r][k] = acc[r];
+        }
+      }
+      if constexpr (kWrite) {
+        for (int r = 0; r < kInterleave; ++r) {
+          const Cursor& c = cursors[kOneRow ? 0 : r];
+          if (problem.store_block(c, lo[kOneRow ? r : 0], m, values[r])) continue;
+          for (int64_t k = 0; k < m; ++k) problem.store(c, lo[kOneRow ? r : 0] + k, values[r][k]);
+        }
+      }
+      for (int r = 0; r < kPositions; ++r) ppos[r] += forward ? m : -m;
+    }
+    return i;
   }
 
   // One position of a stretch: combine, and store the inclusive or exclusive output.
