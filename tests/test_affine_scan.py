@@ -14,7 +14,7 @@ from helpers import (
     BIG_PATTERNS, CPU_CHUNK, GPU_MULTI_TILE, HALF, LENGTH_PATTERNS, LONG_PATTERNS, NONDET_TOL, OPCHECK_UTILS,
     OPCHECK_UTILS_NO_AUTOGRAD,
     assert_close, assert_same_as_eager, grad_leaf, grad_samples, grad_weights, make_offsets, rel_err, sample_params,
-    with_layout)
+    strided_copy, with_layout)
 
 _ops = torch.ops.parprims
 
@@ -245,13 +245,6 @@ def test_affine_scan_equals_per_sequence_scans(s, device):
         assert_close(final[k], fk, scale=sf[k], what=f"final of sequence {k}")
 
 
-def _strided_copy(x):
-    """The values of x in a tensor whose last dim has stride 2 (read element by element)."""
-    wide = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
-    wide[..., ::2] = x
-    return wide[..., ::2]
-
-
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("reverse", (False, True))
 @pytest.mark.parametrize("log_gates", (False, True))
@@ -265,7 +258,7 @@ def test_cpu_half_rows_in_blocks_equal_elementwise(dtype, reverse, log_gates):
         states = shape[:-1] if offsets is None else (offsets.numel() - 1, *shape[:-1])
         h0 = torch.randn(states) if with_initial else None
         run = lambda a, b: pp.affine_scan(a, b, -1, h0, offsets, reverse, log_gates)  # noqa: E731
-        (h, final), (h_el, final_el) = run(a, b), run(_strided_copy(a), _strided_copy(b))
+        (h, final), (h_el, final_el) = run(a, b), run(strided_copy(a), strided_copy(b))
         assert torch.equal(h.view(torch.int16), h_el.view(torch.int16))
         assert torch.equal(final, final_el)
 

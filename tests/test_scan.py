@@ -14,7 +14,7 @@ _ops = torch.ops.parprims
 from helpers import (
     COMPLEX, CPU_CHUNK, FLOATS, GPU_MULTI_TILE, INTS, NONDET_TOL, OPCHECK_UTILS, OPS, VIEWS, assert_close,
     assert_same_as_eager, draw, finite_mask_fn, grad_leaf, grad_samples, grad_weights, magnitude, numel, rel_err,
-    sample_params, scan_scale, with_layout)
+    sample_params, scan_scale, strided_copy, with_layout)
 
 SIZES = (0, 1, 31, 32, 33, 2047, 2048, 2049)
 
@@ -247,13 +247,6 @@ def test_cpu_long_row_accumulates_in_double(op):
     assert rel_err(pp.segmented_scan(x, offsets, 0, op), expected) < 1e-7
 
 
-def _strided_copy(x):
-    """The values of x in a tensor whose last dim has stride 2 (read element by element)."""
-    wide = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
-    wide[..., ::2] = x
-    return wide[..., ::2]
-
-
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 @pytest.mark.parametrize("op", ("add", "mul", "max", "logaddexp"))
 @pytest.mark.parametrize("exclusive,reverse", ((False, False), (True, False), (False, True), (True, True)))
@@ -269,7 +262,7 @@ def test_cpu_half_rows_in_blocks_equal_elementwise(op, dtype, exclusive, reverse
             if offsets is None:
                 return pp.scan(t, -1, op, exclusive, reverse)
             return pp.segmented_scan(t, offsets, -1, op, exclusive, reverse)
-        got, elementwise = run(x), run(_strided_copy(x))
+        got, elementwise = run(x), run(strided_copy(x))
         assert torch.equal(got.view(torch.int16), elementwise.view(torch.int16))
         if not against_reference:
             return
