@@ -56,13 +56,9 @@ struct ProblemBase {
   PP_HD bool load_run(const Cursor&, int64_t, Value (&)[N]) const { return false; }
   template <int N, class Cursor>
   PP_HD bool store_run(const Cursor&, int64_t, const Value (&)[N]) const { return false; }
-  // The CPU engine's blocks: converts whole blocks of a row at once (load_block, store_block)
-  // when this is set; see ScanProblem.
+  // The CPU engine converts whole blocks of a row at once, through the problem's load_block
+  // and store_block, when this is set (see ScanProblem).
   static constexpr bool kConvertsInBlocks = false;
-  template <class Cursor>
-  bool load_block(const Cursor&, int64_t, int64_t, Value*) const { return false; }
-  template <class Cursor>
-  bool store_block(const Cursor&, int64_t, int64_t, const Value*) const { return false; }
 };
 
 // Whether a problem replaces ProblemBase's heads (initial states: at_head, exclusive_head) or
