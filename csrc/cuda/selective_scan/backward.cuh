@@ -27,35 +27,11 @@
 #pragma once
 
 #include "../engine/warp.cuh"
+#include "backward_chunk.cuh"
 #include "channel_reduction.cuh"
 #include "common.cuh"
 
 namespace parprims::cuda {
-
-template <class In, class Acc>
-struct BackwardChunk {
-  static constexpr int K = kSelectiveScanCheckpointEvery;
-  static constexpr int kPitch = K + 1;
-  static constexpr int kWarps = Policy::kThreads / 32;
-
-  // In Acc: the recomputed state entering each step by [step][thread][state] (a thread's
-  // states in one vector access); B, C by [step][state] (the same); delta, u, dy, the finish's
-  // factors of dz and d(delta), and the channel's sums of y, du and d(delta) over its states
-  // (3) by [channel][step]; the warps' dB/dC sums by [warp][2 * state][step]. The states first:
-  // their rows are 16-byte aligned. The finish's terms of the per-channel D and delta_bias sums
-  // ([channel][step], 2) reuse the entering states' memory: they are written after the walk
-  // back has read it, and read before the next chunk's recompute writes it.
-  static constexpr int kChannelArrays = 8;
-  static_assert(2 * Policy::kThreads * kPitch <= K * Policy::kThreads * kStates, "the sum terms fit");
-  static size_t smem_bytes(const SelectiveScanShape& s, bool variable_B, bool variable_C) {
-    const size_t entering = static_cast<size_t>(K) * Policy::kThreads * kStates;
-    const size_t per_state = static_cast<size_t>(s.states_per_tile) * K * 2;
-    const size_t per_channel = kChannelArrays * static_cast<size_t>(s.channels_per_block) * kPitch;
-    const size_t constants = 2 * static_cast<size_t>(s.channels_per_block);  // delta_bias, D
-    const size_t reduced = (variable_B || variable_C) ? static_cast<size_t>(kWarps) * 2 * s.states_per_tile * kPitch : 0;
-    return (entering + per_state + per_channel + constants + reduced) * sizeof(Acc);
-  }
-};
 
 // kVariableBC: B and C are both variable (Mamba's case), known at compile time, so that the
 // registers and per-step choices of constant B or C vanish. kThreadsPerChannel: the shape's
@@ -71,7 +47,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
     selective_scan_backward_kernel(const SelectiveScanParams p, const SelectiveScanGrads gr,
                                    const SelectiveScanShape s) {
   using Chunk = BackwardChunk<In, Acc>;
-  constexpr int K = Chunk::K, kPitch = Chunk::kPitch, kWarps = Chunk::kWarps, R = Policy::kBackwardPrefetchRounds;
+  constexpr int K = Chunk::K, kPitch = Chunk::kPitch, R = Policy::kBackwardPrefetchRounds;
   constexpr int RS = Policy::kBackwardStatePrefetchRounds;
   // With the threads of a channel known at compile time, a whole chunk sums the parts of y,
   // du and d(delta) over them for kSumSteps steps at once (sum_over_channel_threads: 3 and 6
@@ -92,23 +68,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   // With fewer than the most threads a channel, the fixed instance's one tile holds all states.
   const int state_tiles = kFixed ? 1 : s.state_tiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int pc = channels_per_block * kPitch;
-  Acc* s_entering = reinterpret_cast<Acc*>(smem_raw);  // [step][thread][kStates]
-  Acc* s_B = s_entering + K * Policy::kThreads * kStates;
-  Acc* s_C = s_B + K * S;
-  Acc* s_delta = s_C + K * S;
-  Acc* s_u = s_delta + pc;
-  Acc* s_dy = s_u + pc;                // dout * silu(z)
-  Acc* s_dz_factor = s_dy + pc;        // dout * silu'(z): dz = this * (y + D u)
-  Acc* s_ddelta_factor = s_dz_factor + pc;  // d(delta) / d(raw delta)
-  Acc* s_dD_terms = s_entering;  // the finish's terms of the D and delta_bias sums
-  Acc* s_dbias_terms = s_dD_terms + pc;
-  Acc* s_y = s_ddelta_factor + pc;  // sums over the channel's states
-  Acc* s_du = s_y + pc;
-  Acc* s_ddelta = s_du + pc;
-  Acc* s_delta_bias = s_ddelta + pc;  // by channel, staged once per block
-  Acc* s_D = s_delta_bias + channels_per_block;
-  Acc* s_red = s_D + channels_per_block;  // [warp][2 * states_per_tile][step]
+  const BackwardShared<Acc> sm(smem_raw, channels_per_block, S);
   const bool B_variable = kVariableBC || p.B.variable, C_variable = kVariableBC || p.C.variable;
   const int threads_per_channel = kThreadsPerChannel > 0 ? kThreadsPerChannel : s.threads_per_channel;
   const bool variable_B = !kSummary && B_variable;  // the summary's state gradient needs no B
@@ -145,8 +105,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
     __syncthreads();  // the previous block's finish has read them
     if (threadIdx.x < channels_per_block) {
       const bool real = me.has_channel(threadIdx.x);
-      s_delta_bias[threadIdx.x] = (real && delta_bias) ? delta_bias[d0 + threadIdx.x] : Acc(0);
-      s_D[threadIdx.x] = (real && D) ? D[d0 + threadIdx.x] : Acc(0);
+      sm.delta_bias[threadIdx.x] = (real && delta_bias) ? delta_bias[d0 + threadIdx.x] : Acc(0);
+      sm.D[threadIdx.x] = (real && D) ? D[d0 + threadIdx.x] : Acc(0);
     }
     // Per-channel sums over time of the D and delta_bias gradients (thread c holds channel c).
     Acc dD_sum = 0, dbias_sum = 0;
@@ -263,27 +223,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       auto stage_item = [&](int r, int steps, Raw raw_u, Raw raw_delta, Raw raw_z, Raw raw_dout) {
         if (!in_grid(r)) return;
         const bool real = item_real(r, steps);
-        const Acc bias = real ? s_delta_bias[items.row(r)] : Acc(0);
+        const Acc bias = real ? sm.delta_bias[items.row(r)] : Acc(0);
 #pragma unroll
         for (int k = 0; k < kSteps; ++k) {
           const Acc u = raw_u.template value<Acc>(k), delta = raw_delta.template value<Acc>(k);
           const Acc z = raw_z.template value<Acc>(k), dout = raw_dout.template value<Acc>(k);
           const int at = items.row(r) * kPitch + items.column(r) * kSteps + k;
-          Acc dl, ddelta_factor;
-          fast_processed_delta_and_grad(delta, bias, p.delta_softplus, dl, ddelta_factor);
-          Acc dy = dout, dz_factor = Acc(0);
-          if (z_in) {
-            const Acc sig = fast_sigmoid(z);
-            dy = dout * z * sig;
-            dz_factor = dout * sig * (Acc(1) + z * (Acc(1) - sig));
-          }
-          s_delta[at] = real ? dl : Acc(0);
-          s_dy[at] = dy;
-          if constexpr (!kSummary) {
-            s_u[at] = u;
-            s_dz_factor[at] = dz_factor;
-            s_ddelta_factor[at] = ddelta_factor;
-          }
+          stage_element<Acc, kSummary>(sm, at, u, delta, z, dout, bias, p.delta_softplus, z_in != nullptr, real);
         }
       };
       auto stage_state = [&](Acc* dst, int r, Raw v) {
@@ -300,8 +246,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         }
 #pragma unroll
         for (int r = 0; r < RS; ++r) {
-          if (variable_B && r < state_rounds) stage_state(s_B, r, next_B[r]);
-          if (variable_C && r < state_rounds) stage_state(s_C, r, next_C[r]);
+          if (variable_B && r < state_rounds) stage_state(sm.B, r, next_B[r]);
+          if (variable_C && r < state_rounds) stage_state(sm.C, r, next_C[r]);
         }
         // Rounds beyond the registers (N <= 8, or N > 32) load now.
         for (int r = R; r < item_rounds; ++r) {
@@ -309,19 +255,19 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           load_inputs(r, steps, u, delta, z, dout);
           stage_item(r, steps, u, delta, z, dout);
         }
-        for (int r = RS; variable_B && r < state_rounds; ++r) stage_state(s_B, r, load_state(p.B, B_walk, r, steps));
-        for (int r = RS; variable_C && r < state_rounds; ++r) stage_state(s_C, r, load_state(p.C, C_walk, r, steps));
+        for (int r = RS; variable_B && r < state_rounds; ++r) stage_state(sm.B, r, load_state(p.B, B_walk, r, steps));
+        for (int r = RS; variable_C && r < state_rounds; ++r) stage_state(sm.C, r, load_state(p.C, C_walk, r, steps));
       };
       // The step's B and C for the thread's states.
       auto states_at = [&](int i, Acc (&Bt)[kStates], Acc (&Ct)[kStates]) {
         if (variable_B) {
-          load_states<Acc, kStates>(s_B + i * S + state0, Bt);
+          load_states<Acc, kStates>(sm.B + i * S + state0, Bt);
         } else {
 #pragma unroll
           for (int j = 0; j < kStates; ++j) Bt[j] = Bc[j];
         }
         if (variable_C) {
-          load_states<Acc, kStates>(s_C + i * S + state0, Ct);
+          load_states<Acc, kStates>(sm.C + i * S + state0, Ct);
         } else {
 #pragma unroll
           for (int j = 0; j < kStates; ++j) Ct[j] = Cc[j];
@@ -338,26 +284,15 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           }
         }
       };
-      Acc* entering_of_thread = s_entering + threadIdx.x * kStates;
+      Acc* entering_of_thread = sm.entering + threadIdx.x * kStates;
       const int channel_step0 = me.channel * kPitch;
       // The rows of the block's partial sums of variable dB and dC for the tile's first state:
       // (channel_blocks per group, batch, G, N, L) (unless they go over the checkpoints).
       const int64_t partial_row = ((me.block_in_group * p.batch + me.b) * p.groups + me.group) * p.dstate + tile_n0;
       Acc* dB_rows = (B_variable && gr.dB_partial) ? static_cast<Acc*>(gr.dB_partial) + partial_row * p.len : nullptr;
       Acc* dC_rows = (C_variable && gr.dC_partial) ? static_cast<Acc*>(gr.dC_partial) + partial_row * p.len : nullptr;
-      // Where this lane stores the channel sums of dB and dC a step's reduction leaves it (the
-      // same places every step, found by one reduction of zeros).
-      ChannelReduction<Acc> sums_layout;
-      if (!kSummary && variable_BC) {  // the summary sums nothing
-#pragma unroll
-        for (int j = 0; j < 2 * kStates; ++j) sums_layout.v[j] = Acc(0);
-        sums_layout.run(lanes);
-      }
-      // Its first sum's row (entry base: dB of state base, or dC of state base - kStates), and
-      // what a row past the lane's dB sums adds (only a lane that keeps all 2 * kStates sums,
-      // when no channels share its warp, passes from dB to dC).
-      const int red_first = ((warp * 2 + sums_layout.base / kStates) * S + state0 + sums_layout.base % kStates) * kPitch;
-      const int red_cross = (S - kStates) * kPitch;
+      // Where this lane stores the channel sums of dB and dC of each step (the summary sums nothing).
+      const WarpSumRows<Acc> sum_rows(lanes, !kSummary && variable_BC, warp, S, state0, kPitch);
 
       fetch(steps_of(c_last));
       for (int64_t c = c_last; c >= c_first; --c) {
@@ -414,8 +349,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         if constexpr (kSummary) {
           // ---- the state gradient alone, back over the chunk ----
           auto summary_step = [&](int i, auto /*in_whole_chunk*/) {
-            const Acc dl = s_delta[channel_step0 + i];
-            const Acc dy = s_dy[channel_step0 + i];
+            const Acc dl = sm.delta[channel_step0 + i];
+            const Acc dy = sm.dy[channel_step0 + i];
             Acc Bt[kStates], Ct[kStates];
             states_at(i, Bt, Ct);
 #pragma unroll
@@ -433,8 +368,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           for (int j = 0; j < kStates; ++j) h[j] = checkpoint[j];
           // Returns the thread's part of the step's y.
           auto recompute_step = [&](int i) {
-            const Acc dl = s_delta[channel_step0 + i];
-            const Acc dlu = dl * s_u[channel_step0 + i];
+            const Acc dl = sm.delta[channel_step0 + i];
+            const Acc dlu = dl * sm.u[channel_step0 + i];
             Acc Bt[kStates], Ct[kStates];
             states_at(i, Bt, Ct);
             store_states<Acc, kStates>(entering_of_thread + i * Policy::kThreads * kStates, h);
@@ -449,7 +384,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           auto store_y = [&](int i, Acc y) {
             Acc unused = 0;
             channel_sums(y, unused);
-            if (me.quad == 0) s_y[channel_step0 + i] = y;
+            if (me.quad == 0) sm.y[channel_step0 + i] = y;
           };
           if (whole) {
             if constexpr (kSumSteps > 0) {
@@ -459,7 +394,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                 y[i % kSumSteps] = recompute_step(i);
                 if (i % kSumSteps == kSumSteps - 1) {  // the channel's thread q gets the group's step q
                   sum_over_channel_threads<kSumSteps, kPaired>(y);
-                  s_y[channel_step0 + i + 1 - kSumSteps + me.quad] = y[0];
+                  sm.y[channel_step0 + i + 1 - kSumSteps + me.quad] = y[0];
                 }
               }
             } else {
@@ -492,9 +427,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           for (int j = 0; j < kStates; ++j) h_after[j] = h[j];
           Acc sum_parts[2 * kSumGroup];  // d(delta), then du, of a group's steps
           auto walk_back_step = [&](int i, auto in_whole_chunk) {
-            const Acc dl = s_delta[channel_step0 + i];
-            const Acc u = s_u[channel_step0 + i];
-            const Acc dy = s_dy[channel_step0 + i];
+            const Acc dl = sm.delta[channel_step0 + i];
+            const Acc u = sm.u[channel_step0 + i];
+            const Acc dy = sm.dy[channel_step0 + i];
             const Acc dlu = dl * u;
             Acc Bt[kStates], Ct[kStates], h_entering[kStates];
             states_at(i, Bt, Ct);
@@ -528,7 +463,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                 // threads d(delta) of two consecutive steps each, the other half du.
                 sum_over_channel_threads<kSumSteps, kPaired>(sum_parts);
                 const int entry = 2 * me.quad;
-                Acc* sums = entry < kSumSteps ? s_ddelta : s_du;
+                Acc* sums = entry < kSumSteps ? sm.ddelta : sm.du;
                 const int at = channel_step0 + i + entry % kSumGroup;
                 sums[at] = sum_parts[0];
                 sums[at + 1] = sum_parts[1];
@@ -536,103 +471,32 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             } else {
               channel_sums(ddelta_part, du_part);
               if (me.quad == 0) {
-                s_ddelta[channel_step0 + i] = ddelta_part;
-                s_du[channel_step0 + i] = du_part;
+                sm.ddelta[channel_step0 + i] = ddelta_part;
+                sm.du[channel_step0 + i] = du_part;
               }
             }
             if (variable_BC) {
               red.run(lanes);
-              if (sums_layout.writer) {
-                const int row = red_first + i;
-                if (sums_layout.count == 1) {  // N <= 16: one sum per lane
-                  s_red[row] = red.v[0];
-                } else {
-#pragma unroll
-                  for (int j = 0; j < 2 * kStates; ++j) {
-                    if (j < sums_layout.count) s_red[row + j * kPitch + (j >= kStates ? red_cross : 0)] = red.v[j];
-                  }
-                }
-              }
+              sum_rows.store(sm.red, i, red);
             }
           };
           walk_chunk_back(walk_back_step);
           __syncthreads();
 
-          // ---- 4. finish ---- (rolled up: unrolled, its rounds' loads and stores cost the walk
-          // back registers; measured 1-3 % slower)
-#pragma unroll 1
-          for (int r = 0; r < item_rounds; ++r) {
-            if (!item_real(r, steps)) continue;
-            const int channel = items.row(r);
-            const int64_t flat = grad_walk.at(r);  // the item's first step
-            const Acc Dd = s_D[channel];
-            Acc du_out[kSteps], ddelta_out[kSteps], dz_out[kSteps];
-            bool done = true;  // the tile's sums are the whole sums (the last tile, or the only one)
-#pragma unroll
-            for (int k = 0; k < kSteps; ++k) {
-              const int at = channel * kPitch + items.column(r) * kSteps + k;
-              Acc y = s_y[at], du = s_du[at], ddelta = s_ddelta[at];
-              if (state_tiles > 1) {  // (one step an item)
-                Acc* ys = static_cast<Acc*>(s.y_scratch);
-                Acc* dus = static_cast<Acc*>(s.du_scratch);
-                Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
-                if (!first_tile) {
-                  y += ys[flat + k];
-                  du += dus[flat + k];
-                  ddelta += dds[flat + k];
-                }
-                if (!last_tile) {
-                  ys[flat + k] = y;
-                  dus[flat + k] = du;
-                  dds[flat + k] = ddelta;
-                  done = false;
-                  continue;
-                }
-              }
-              const Acc u = s_u[at], dy = s_dy[at];
-              dz_out[k] = s_dz_factor[at] * (y + Dd * u);
-              ddelta_out[k] = ddelta * s_ddelta_factor[at];
-              du_out[k] = du + dy * Dd;
-              // The terms of the per-channel sums below.
-              s_dD_terms[at] = dy * u;
-              s_dbias_terms[at] = ddelta_out[k];
-            }
-            if (!done) continue;
-            if (z_in) store_steps<In, Acc, kSteps>(static_cast<In*>(gr.dz) + flat, dz_out);
-            store_steps<In, Acc, kSteps>(static_cast<In*>(gr.du) + flat, du_out);
-            store_steps<In, Acc, kSteps>(static_cast<In*>(gr.ddelta) + flat, ddelta_out);
-          }
+          // ---- 4. finish ----
+          finish_items<In, Acc, kSteps>(sm, gr, s, items, item_rounds, item_real, steps, grad_walk, z_in != nullptr,
+                                        state_tiles, first_tile, last_tile);
           grad_walk.base += grad_walk.chunk_stride;
-          // The block's sums of variable dB and dC at the chunk's steps (over its warps' rows, in
-          // warp order), each written once: over the checkpoint slots the chunk read at its
-          // start (see SelectiveScanGrads), whose states are contiguous, so lanes take
-          // consecutive states; else in the rows, whose steps are. One loop for both: a loop for
-          // each made the N = 16 kernel 9 % longer (5160 instructions against 4744; one loop:
-          // 4832) and fwd+bwd 2 % slower (1.50 against 1.47 ms at (8, 1536, 2048, 16), H200).
           if (variable_BC) {
-            const bool over_checkpoints = gr.BC_partials_over_checkpoints;
-            Acc* slots = static_cast<Acc*>(p.checkpoints) + ((me.b * p.dim + d0) * p.checkpoint_chunks + c) * p.dstate;
-            const int64_t slot_stride = p.checkpoint_chunks * p.dstate;
-            const int lane_extent = over_checkpoints ? S : K;  // what consecutive threads walk
-            for (int f = threadIdx.x; f < 2 * S * K; f += Policy::kThreads) {
-              const int inner = f % lane_extent, outer = f / lane_extent;
-              const bool is_C = over_checkpoints ? (outer & 1) : outer >= S;
-              const int state = over_checkpoints ? inner : outer - (is_C ? S : 0);
-              const int step = over_checkpoints ? outer >> 1 : inner;
-              if (step >= steps || !(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
-              Acc sum = 0;
-              for (int w = 0; w < kWarps; ++w) sum += s_red[(w * 2 * S + (is_C ? S : 0) + state) * kPitch + step];
-              Acc* to = over_checkpoints ? slots + (2 * step + is_C) * slot_stride + state
-                                         : (is_C ? dC_rows : dB_rows) + state * p.len + t0 + step;
-              *to = sum;
-            }
+            store_BC_partials(sm, p, gr, me.b, d0, c, S, steps, t0, tile_n0, B_variable, C_variable, dB_rows, dC_rows);
           }
+
           if (last_tile) {
             __syncthreads();
             if (threadIdx.x < channels_per_block) {
               for (int i = 0; i < steps; ++i) {  // in order: the same sums on every run
-                dD_sum += s_dD_terms[threadIdx.x * kPitch + i];
-                dbias_sum += s_dbias_terms[threadIdx.x * kPitch + i];
+                dD_sum += sm.dD_terms[threadIdx.x * kPitch + i];
+                dbias_sum += sm.dbias_terms[threadIdx.x * kPitch + i];
               }
             }
           }

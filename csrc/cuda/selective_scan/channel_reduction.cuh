@@ -1,5 +1,6 @@
 // The backward's sums over lanes (selective_scan/backward.cuh): per step, dB and dC over the
-// channels of a warp; per few steps, a channel's values over its threads.
+// channels of a warp (and where each lane stores them); per few steps, a channel's values over
+// its threads.
 #pragma once
 
 #include "common.cuh"
@@ -59,6 +60,43 @@ struct ChannelReduction {
 
   __device__ __forceinline__ void run(const LaneLayout& lanes) {
     halve_from<kStates>(16, lanes.threads_per_channel, lanes);
+  }
+};
+
+// Where a lane stores the sums a step's ChannelReduction leaves it, in the block's rows of warp
+// sums ([warp][2 * S][step], rows `pitch` apart): the same places every step, found once by a
+// reduction of zeros (`needed`: else nothing is stored).
+template <class Acc>
+struct WarpSumRows {
+  ChannelReduction<Acc> layout;
+  int first;  // the row of the lane's first sum (entry base: dB of state base, or dC of base - kStates)
+  int cross;  // what a row past the lane's dB sums adds (only a lane that keeps all 2 * kStates
+              // sums, when no channels share its warp, passes from dB to dC)
+  int pitch;
+
+  __device__ __forceinline__ WarpSumRows(const LaneLayout& lanes, bool needed, int warp, int S, int state0,
+                                         int pitch_) : pitch(pitch_) {
+    if (needed) {
+#pragma unroll
+      for (int j = 0; j < 2 * kStates; ++j) layout.v[j] = Acc(0);
+      layout.run(lanes);
+    }
+    first = ((warp * 2 + layout.base / kStates) * S + state0 + layout.base % kStates) * pitch;
+    cross = (S - kStates) * pitch;
+  }
+
+  // The sums of step i (`sums`, after its run).
+  __device__ __forceinline__ void store(Acc* rows, int i, const ChannelReduction<Acc>& sums) const {
+    if (!layout.writer) return;
+    const int row = first + i;
+    if (layout.count == 1) {  // N <= 16: one sum per lane
+      rows[row] = sums.v[0];
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < 2 * kStates; ++j) {
+      if (j < layout.count) rows[row + j * pitch + (j >= kStates ? cross : 0)] = sums.v[j];
+    }
   }
 };
 
