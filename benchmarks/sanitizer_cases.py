@@ -5,7 +5,7 @@
 The pytest suite is too slow under the sanitizer (its references loop over time on the device),
 so this script runs the kernels alone: the row-loop kernel (also cut into spans for few long
 rows, and in one-warp blocks for short rows), the flat and column scan kernels (the column kernel in one pass and cut into spans), the
-affine scan forward and its one-scan backward, segmented scans, the compaction's select kernel,
+affine scan forward and its one-scan backward, the max/min backward, segmented scans, the compaction's select kernel,
 segment reductions (random lengths with one long sequence; one row, several, strided, features),
 masked reductions, histograms (counts, weights, per sequence), and the selective scan forward
 and backward with time segments (packed sequences that end at
@@ -66,6 +66,13 @@ def scans(dev):
         pp.segmented_scan(y, packed, 0, "add", exclusive=rev, reverse=rev)
         pp.segmented_scan(y.bfloat16(), packed.int(), 0, "max", reverse=rev)
         pp.affine_scan(torch.rand_like(y), y, 0, torch.randn(len(lengths), device=dev), packed, reverse=rev)
+    # The max/min backward (one scan over the runs of equal outputs) on each kernel: row loop,
+    # flat, spans, column; exclusive and reverse, wide and element-wise runs.
+    for shape, dim in (((300, 2100), 1), ((3, 33), 1), ((3, 70001), 1), ((4096, 64), 0), ((300, 1001), 1)):
+        t = torch.randint(0, 4, shape, device=dev).float().requires_grad_()
+        for rev in (False, True):
+            torch.autograd.grad(pp.scan(t, dim, "max", exclusive=rev, reverse=rev), t, torch.randn_like(t))
+            torch.autograd.grad(pp.scan(t.bfloat16(), dim, "min", reverse=rev), t, torch.randn(shape, device=dev))
     rows_packed = torch.tensor([0, 100, 100, 611, 1100, 1100], device=dev)
     pp.segmented_scan(torch.randn(300, 1100, device=dev), rows_packed, 1, "logaddexp", reverse=True)
     pp.affine_scan(torch.rand(300, 1100, device=dev), torch.randn(300, 1100, device=dev), 1, cu_seqlens=rows_packed)

@@ -1,4 +1,5 @@
-// The CPU ops of the scan family: scan, segmented_scan, _scan_with_indices, _scan_bicyclic.
+// The CPU ops of the scan family: scan, segmented_scan, _scan_with_indices, _scan_bicyclic,
+// _scan_extreme_backward.
 // host/scan_registration.h checks and allocates (host/scan_host.h); each runner here
 // dispatches on the dtype (host/scan_dispatch.h) onto the CPU engine (cpu/engine.h).
 // Schemas: csrc/registration.cpp.
@@ -38,10 +39,14 @@ void run_scan_with_indices(const host::PreparedScanWithIndices& c) {
 
 void run_scan_bicyclic(const host::PreparedBicyclic& c) { host::dispatch_scan_bicyclic(c.call, Engine{}); }
 
+void run_scan_extreme_grad(const host::PreparedExtremeScanGrad& c) {
+  host::dispatch_scan_extreme_grad(c.call, Engine{});
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CPU, m) {
-  host::ScanOps<&run_scan, &run_scan_with_indices, &run_scan_bicyclic>::register_kernels(m);
+  host::ScanOps<&run_scan, &run_scan_with_indices, &run_scan_bicyclic, &run_scan_extreme_grad>::register_kernels(m);
 }
 
 }  // namespace parprims::cpu

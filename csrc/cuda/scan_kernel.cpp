@@ -1,4 +1,5 @@
-// The CUDA ops of the scan family: scan, segmented_scan, _scan_with_indices, _scan_bicyclic.
+// The CUDA ops of the scan family: scan, segmented_scan, _scan_with_indices, _scan_bicyclic,
+// _scan_extreme_backward.
 // host/scan_registration.h checks and allocates (host/scan_host.h); each runner here calls its
 // operator's kernel unit (scan_instantiations.h: the dtype dispatch onto the CUDA engine,
 // cuda/engine/engine.cuh) in a LaunchScope. Host code only. Schemas: csrc/registration.cpp.
@@ -33,10 +34,15 @@ void run_scan_bicyclic(const host::PreparedBicyclic& c) {
   scan_bicyclic(c.call, scope.context());
 }
 
+void run_scan_extreme_grad(const host::PreparedExtremeScanGrad& c) {
+  const LaunchScope scope(c.out);
+  scan_extreme_grad(c.call, scope.context());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(parprims, CUDA, m) {
-  host::ScanOps<&run_scan, &run_scan_with_indices, &run_scan_bicyclic>::register_kernels(m);
+  host::ScanOps<&run_scan, &run_scan_with_indices, &run_scan_bicyclic, &run_scan_extreme_grad>::register_kernels(m);
 }
 
 }  // namespace parprims::cuda

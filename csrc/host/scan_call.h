@@ -24,6 +24,19 @@ struct ScanWithIndicesCall : EngineCall {
   RowIndexer in_rows, out_rows, index_rows;
 };
 
+// _scan_extreme_backward: the gradient of a max or min scan over rows without packed
+// sequences, from the forward's output `out` and its gradient `grad` (ExtremeScanGradProblem);
+// dtype: out's.
+struct ExtremeScanGradCall : EngineCall {
+  const void* grad = nullptr;
+  const void* out = nullptr;
+  void* grad_in = nullptr;
+  RowIndexer grad_rows, out_rows, grad_in_rows;
+  int64_t len = 0;
+  bool exclusive = false;
+  bool forward_reverse = false;  // the forward's direction
+};
+
 // _scan_bicyclic: int64 pairs (p, q).
 struct BicyclicCall : EngineCall {
   const int64_t* p_in = nullptr;

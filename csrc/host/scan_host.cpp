@@ -105,6 +105,39 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x_in,
   return c;
 }
 
+PreparedExtremeScanGrad prepare_scan_extreme_backward(const at::Tensor& grad_in, const at::Tensor& out_in,
+                                                      int64_t dim_in, bool exclusive, bool reverse) {
+  TORCH_CHECK(grad_in.device() == out_in.device(), "_scan_extreme_backward: expected grad and out on one device");
+  TORCH_CHECK(at::isFloatingType(out_in.scalar_type()) && grad_in.scalar_type() == out_in.scalar_type(),
+              "_scan_extreme_backward: expected floating grad and out of one dtype, got ",
+              dtype_name(grad_in.scalar_type()), " and ", dtype_name(out_in.scalar_type()));
+  TORCH_CHECK(grad_in.sizes() == out_in.sizes(), "grad: expected out's shape ", out_in.sizes(), ", got ",
+              grad_in.sizes());
+  PreparedExtremeScanGrad c;
+  c.grad = as_vector_if_scalar(grad_in);
+  c.out = as_vector_if_scalar(out_in);
+  const int64_t dim = wrap_dim(c.out, dim_in);
+  c.grad_in = at::empty_like(c.out);
+  c.result = out_in.dim() == 0 ? c.grad_in.reshape({}) : c.grad_in;
+  c.launch = c.out.numel() > 0;
+  if (c.launch) {
+    auto& call = c.call;
+    const int64_t rows = row_count(c.out, dim);
+    const auto indexers = set_engine_call(call, {c.out, c.grad, c.grad_in}, dim,
+                                          make_geometry(rows, c.out.size(dim), at::Tensor(), false, !reverse));
+    call.out = c.out.const_data_ptr();
+    call.grad = c.grad.const_data_ptr();
+    call.grad_in = c.grad_in.data_ptr();
+    call.out_rows = indexers[0];
+    call.grad_rows = indexers[1];
+    call.grad_in_rows = indexers[2];
+    call.len = c.out.size(dim);
+    call.exclusive = exclusive;
+    call.forward_reverse = reverse;
+  }
+  return c;
+}
+
 PreparedBicyclic prepare_scan_bicyclic(const at::Tensor& p, const at::Tensor& q,
                                        const c10::optional<at::Tensor>& offsets, int64_t dim_in,
                                        bool exclusive, bool reverse) {

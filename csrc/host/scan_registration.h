@@ -13,7 +13,7 @@
 namespace parprims::host {
 
 template <void (*Scan)(const PreparedScan&), void (*ScanWithIndices)(const PreparedScanWithIndices&),
-          void (*Bicyclic)(const PreparedBicyclic&)>
+          void (*Bicyclic)(const PreparedBicyclic&), void (*ExtremeGrad)(const PreparedExtremeScanGrad&)>
 struct ScanOps {
   using OptTensor = std::optional<at::Tensor>;
 
@@ -46,12 +46,20 @@ struct ScanOps {
     return {c.p_out, c.q_out};
   }
 
+  static at::Tensor scan_extreme_backward_op(const at::Tensor& grad, const at::Tensor& out, int64_t dim,
+                                             bool exclusive, bool reverse) {
+    const auto c = prepare_scan_extreme_backward(grad, out, dim, exclusive, reverse);
+    if (c.launch) ExtremeGrad(c);
+    return c.result;
+  }
+
   // Registers every scan op for the library's dispatch key (schemas: registration.cpp).
   static void register_kernels(torch::Library& m) {
     m.impl("scan", &scan_op);
     m.impl("segmented_scan", &segmented_scan_op);
     m.impl("_scan_with_indices", &scan_with_indices_op);
     m.impl("_scan_bicyclic", &scan_bicyclic_op);
+    m.impl("_scan_extreme_backward", &scan_extreme_backward_op);
   }
 };
 

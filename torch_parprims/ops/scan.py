@@ -38,15 +38,14 @@ def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, re
         >>> assert torch.equal(scan(x, 0, "max", exclusive=True), torch.tensor([-float("inf"), 3., 3., 4.]))
     """
     x = _args.expect_tensor("x", x)
-    if _keeps_indices(x, op):
-        return _ops._scan_with_indices(x, None, dim, op, exclusive, reverse)[0]
+    # (No indices for max/min: their backward tells the sources apart from the output alone.)
     return _ops.scan(x, dim, op, exclusive, reverse)
 
 
 def _keeps_indices(x, op):
-    """Whether a max/min scan runs with its indices: when its gradient will be needed, the
-    forward records where each output came from and the backward scatters to those positions
-    (it would otherwise scan again to find them). The extra cost is an int64 tensor of x's shape."""
+    """Whether a segmented max/min scan runs with its indices: when its gradient will be needed,
+    the forward records where each output came from and the backward sums there (it would
+    otherwise scan again to find them). The extra cost is an int64 tensor of x's shape."""
     return op in ("max", "min") and x.is_floating_point() and x.requires_grad and torch.is_grad_enabled()
 
 
@@ -112,6 +111,11 @@ def _scan_with_indices_fake(x, offsets, dim, op, exclusive=False, reverse=False)
     return torch.empty_like(x), torch.empty_like(x, dtype=torch.int64)
 
 
+@torch.library.register_fake("parprims::_scan_extreme_backward")
+def _scan_extreme_backward_fake(grad, out, dim, exclusive, reverse):
+    return torch.empty_like(out)
+
+
 @torch.library.register_fake("parprims::_scan_bicyclic")
 def _scan_bicyclic_fake(p, q, offsets, dim, exclusive=False, reverse=False):
     return torch.empty_like(p), torch.empty_like(q)
@@ -130,6 +134,10 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
 
     if op == "add":
         return rscan(grad, "add", exclusive)
+    if op in ("max", "min") and offsets is None:
+        # One scan over the runs of equal outputs (csrc/core/extreme_grad_problem.h), from y
+        # alone; half types sum in float32 inside it.
+        return _ops._scan_extreme_backward(grad, y, dim, exclusive, reverse)
     if x.dtype in (torch.float16, torch.bfloat16):
         # Half inputs: the backward computes in float32, as the forward does. Max/min accumulate
         # their scattered gradients in float32; logaddexp needs the float32 output, not the saved
@@ -199,8 +207,11 @@ def gather_to_sources(grad, index, dim, exclusive, reverse, offsets):
 
 def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
     ctx.dim, ctx.op, ctx.exclusive, ctx.reverse = dim, op, exclusive, reverse
-    keep_x = op in ("mul", "max", "min", "logaddexp")
-    ctx.save_for_backward(x if keep_x else None, y if op == "logaddexp" else None, offsets)
+    # Dense max/min need only the output (their runs of equal values); packed ones the input.
+    extreme = op in ("max", "min")
+    keep_x = op in ("mul", "logaddexp") or (extreme and offsets is not None)
+    keep_y = op == "logaddexp" or (extreme and offsets is None)
+    ctx.save_for_backward(x if keep_x else None, y if keep_y else None, offsets)
 
 
 # `inputs` holds every argument of the schema, defaults filled in.
@@ -271,6 +282,47 @@ def _not_differentiable(name):
 def _no_context(ctx, inputs, output):
     pass
 
+
+def gather_from_sources(v, out, dim, exclusive, reverse):
+    """What each output of a max/min scan reads from ``v`` at the position it came from (zero
+    for an exclusive scan's identity): the forward's Jacobian applied to ``v``, which is the
+    derivative of ``_scan_extreme_backward`` with respect to its gradient. The sources are
+    told apart from ``out`` alone, as there: a run of equal outputs (NaN equal to NaN) starts at
+    the row's first step and wherever the value changes."""
+    if out.dim() == 0:
+        return gather_from_sources(v.reshape(1), out.reshape(1), 0, exclusive, reverse).reshape(())
+    o, w = out.movedim(dim, -1), v.movedim(dim, -1)
+    if reverse:  # walk in scan order
+        o, w = o.flip(-1), w.flip(-1)
+    n = o.size(-1)
+    same = (o[..., 1:] == o[..., :-1]) | (o[..., 1:].isnan() & o[..., :-1].isnan())
+    starts = torch.ones_like(o, dtype=torch.bool)
+    starts[..., 1:] = ~same
+    if exclusive and n > 1:
+        starts[..., 1] = True  # output 1 holds the first step's value, always a new source
+    step = torch.arange(n, device=o.device).expand_as(o)
+    source = torch.cummax(torch.where(starts, step, 0), -1).values - int(exclusive)
+    result = torch.where(source >= 0, w.gather(-1, source.clamp(min=0)), 0)
+    if reverse:
+        result = result.flip(-1)
+    return result.movedim(-1, dim)
+
+
+def _extreme_backward_setup_context(ctx, inputs, output):
+    _grad, out, dim, exclusive, reverse = inputs
+    ctx.dim, ctx.exclusive, ctx.reverse = dim, exclusive, reverse
+    ctx.save_for_backward(out)
+
+
+def _extreme_backward_backward(ctx, grad_grad_in):
+    # Linear in the gradient; the outputs' values only pick the runs (no gradient through them).
+    (out,) = ctx.saved_tensors
+    return gather_from_sources(grad_grad_in, out, ctx.dim, ctx.exclusive, ctx.reverse), None, None, None, None
+
+
+torch.library.register_autograd(
+    "parprims::_scan_extreme_backward", _extreme_backward_backward, setup_context=_extreme_backward_setup_context
+)
 
 for _name in ("_affine_scan_exclusive", "_matrix_affine_scan_exclusive"):
     torch.library.register_autograd(f"parprims::{_name}", _not_differentiable(_name), setup_context=_no_context)
