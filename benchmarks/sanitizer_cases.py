@@ -73,6 +73,8 @@ def scans(dev):
         for rev in (False, True):
             torch.autograd.grad(pp.scan(t, dim, "max", exclusive=rev, reverse=rev), t, torch.randn_like(t))
             torch.autograd.grad(pp.scan(t.bfloat16(), dim, "min", reverse=rev), t, torch.randn(shape, device=dev))
+            cut = torch.tensor([0, 0, 1, shape[dim] // 3, shape[dim], shape[dim]], device=dev)
+            torch.autograd.grad(pp.segmented_scan(t, cut, dim, "max", exclusive=rev, reverse=rev), t, torch.randn_like(t))
     rows_packed = torch.tensor([0, 100, 100, 611, 1100, 1100], device=dev)
     pp.segmented_scan(torch.randn(300, 1100, device=dev), rows_packed, 1, "logaddexp", reverse=True)
     pp.affine_scan(torch.rand(300, 1100, device=dev), torch.randn(300, 1100, device=dev), 1, cu_seqlens=rows_packed)

@@ -14,9 +14,10 @@ TORCH_LIBRARY(parprims, m) {
   // max/min scans with the positions of the selected elements (their backward scatters there).
   m.def("_scan_with_indices(Tensor x, Tensor? offsets, int dim, str op, bool exclusive=False, "
         "bool reverse=False) -> (Tensor, Tensor)");
-  // The gradient of a max/min scan over rows without packed sequences, from the forward's
-  // output `out` and its gradient: each output's gradient summed at the position it came from.
-  m.def("_scan_extreme_backward(Tensor grad, Tensor out, int dim, bool exclusive, bool reverse) -> Tensor");
+  // The gradient of a max/min scan (or segmented scan), from the forward's output `out` and its
+  // gradient: each output's gradient summed at the position it came from.
+  m.def("_scan_extreme_backward(Tensor grad, Tensor out, Tensor? offsets, int dim, bool exclusive, "
+        "bool reverse) -> Tensor");
   // The exact non-commutative bicyclic monoid, to test operand order through every path.
   m.def("_scan_bicyclic(Tensor p, Tensor q, Tensor? offsets, int dim, bool exclusive=False, "
         "bool reverse=False) -> (Tensor, Tensor)");

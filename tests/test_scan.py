@@ -325,11 +325,9 @@ class _LibraryOpLog(TorchDispatchMode):
 @pytest.mark.parametrize("op", ("max", "min"))
 @pytest.mark.parametrize("packed", (False, True))
 def test_max_min_backward_scans_once(op, packed, device):
-    """No second max/min scan in the backward. Without packed sequences it sums each run of
-    equal outputs in one scan read from the output alone (_scan_extreme_backward), whether the
-    wrapper or the op ran the forward. With them, the wrapper's forward saves where each output
-    came from and the backward sums each run (one affine scan); the op called directly scans
-    again in its backward. All give the same gradient, bitwise (no atomics)."""
+    """No second max/min scan and no indices: the backward sums each run of equal outputs in one
+    scan read from the output alone (_scan_extreme_backward), with or without packed sequences,
+    whether the wrapper or the op ran the forward; the same gradient, bitwise (no atomics)."""
     x = torch.randn(4, 300, device=device, requires_grad=True)
     offsets = torch.tensor([0, 7, 7, 120, 300], device=device)
     w = torch.randn(4, 300, device=device)
@@ -341,10 +339,10 @@ def test_max_min_backward_scans_once(op, packed, device):
         return y, g, log.ops
 
     y, g, backward_ops = run(pp.segmented_scan if packed else pp.scan)
-    assert not any("_scan_with_indices" in o for o in backward_ops)
     y_op, g_op, op_backward_ops = run(_ops.segmented_scan if packed else _ops.scan)
-    assert any("_scan_with_indices" in o for o in op_backward_ops) == packed
-    assert any("_scan_extreme_backward" in o for o in op_backward_ops) != packed
+    for ops in (backward_ops, op_backward_ops):
+        assert not any("_scan_with_indices" in o for o in ops)
+        assert sum("_scan_extreme_backward" in o for o in ops) == 1
     assert torch.equal(y, y_op)
     assert torch.equal(g, g_op)
 
@@ -379,25 +377,40 @@ def test_max_min_gradient_with_ties_and_nans(op, exclusive, reverse, packed, dev
 EXTREME_LAYOUTS = [((5, 700), 1), ((600, 2048), 1), ((2, 70001), 1), ((900, 40), 0), ((300, 1001), 1), ((3, 5), 1)]
 
 
+def packed_offsets(n):
+    """Sequences of 1, 0, 2, 0, 1, 3, ... steps, then a long one and an empty one at the end."""
+    lengths = [1, 0, 2, 0, 1, 3, 8, 5, 0, 70][: max(1, min(10, n // 8))]
+    cut = [0]
+    for k in lengths:
+        cut.append(min(cut[-1] + k, n // 2))
+    return torch.tensor(cut + [n, n])
+
+
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float64))
 @pytest.mark.parametrize("shape,dim", EXTREME_LAYOUTS)
 @pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
-def test_max_min_backward_on_every_kernel(shape, dim, exclusive, reverse, dtype, device):
+@pytest.mark.parametrize("packed", (False, True))
+def test_max_min_backward_on_every_kernel(shape, dim, exclusive, reverse, packed, dtype, device):
     """The backward's scan over the runs of equal outputs on each kernel, with ties on every
     step (values drawn from four), a NaN, -inf (max's identity) at a row's start and an
-    infinite gradient (it must stay in its own run): against a float64 scatter to the
-    reference's indices."""
-    torch.manual_seed(sum(shape) + 7 * exclusive + 3 * reverse)
+    infinite gradient (it must stay in its own run); packed sequences of 0 to 70 steps and a
+    long one: against a float64 scatter to the reference's indices."""
+    torch.manual_seed(sum(shape) + 7 * exclusive + 3 * reverse + packed)
     x = torch.randint(0, 4, shape).to(dtype)
     x.view(-1)[x.numel() // 3] = float("nan")
     x.select(dim, 0).view(-1)[0] = float("-inf")
     w = torch.randn(shape, dtype=torch.float64).to(dtype).double()
     w.view(-1)[x.numel() // 2] = float("inf")
-    _, index = ref.scan_with_indices(x, None, dim, "max", exclusive, reverse)
+    offsets = packed_offsets(shape[dim]) if packed else None
+    _, index = ref.scan_with_indices(x, offsets, dim, "max", exclusive, reverse)
     want = torch.zeros(shape, dtype=torch.float64)
     want.scatter_add_(dim, index.clamp(min=0), torch.where(index >= 0, w, 0))
     xd = x.to(device).requires_grad_()
-    (grad,) = torch.autograd.grad(pp.scan(xd, dim, "max", exclusive, reverse), xd, w.to(device, dtype))
+    if packed:
+        y = pp.segmented_scan(xd, offsets.to(device), dim, "max", exclusive, reverse)
+    else:
+        y = pp.scan(xd, dim, "max", exclusive, reverse)
+    (grad,) = torch.autograd.grad(y, xd, w.to(device, dtype))
     # Runs of up to 70001 gradients of about 1 (sums of a few hundred): float32 sums (the GPU's,
     # and bfloat16's) round each addition, and bfloat16 rounds the result.
     rtol, atol = {torch.float64: (1e-12, 1e-10), torch.float32: (1e-5, 1e-3), torch.bfloat16: (1e-2, 1e-2)}[dtype]
@@ -418,16 +431,22 @@ def test_max_backward_strided_views(exclusive, reverse, device):
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
-def test_double_backward_of_max(exclusive, reverse, device):
+@pytest.mark.parametrize("packed", (False, True))
+def test_double_backward_of_max(exclusive, reverse, packed, device):
+    offsets = torch.tensor([0, 1, 1, 4, 9, 9], device=device) if packed else None
+
+    def scan(t, op):
+        return pp.segmented_scan(t, offsets, 1, op, exclusive, reverse) if packed else pp.scan(t, 1, op, exclusive, reverse)
+
     x = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
-    assert torch.autograd.gradgradcheck(lambda t: pp.scan(t, 1, "max", exclusive, reverse), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: scan(t, "max"), (x,))
     # With ties: the backward's derivative gathers from each output's source.
     x = torch.randint(0, 3, (3, 9), device=device).double().requires_grad_()
     g = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
-    (dx,) = torch.autograd.grad(pp.scan(x, 1, "min", exclusive, reverse), x, g, create_graph=True)
+    (dx,) = torch.autograd.grad(scan(x, "min"), x, g, create_graph=True)
     v = torch.randn(3, 9, dtype=torch.float64, device=device)
     (gg,) = torch.autograd.grad(dx, g, v)
-    _, index = ref.scan_with_indices(x.detach(), None, 1, "min", exclusive, reverse)
+    _, index = ref.scan_with_indices(x.detach(), offsets, 1, "min", exclusive, reverse)
     assert torch.equal(gg, torch.where(index >= 0, v.gather(1, index.clamp(min=0)), 0))
 
 
@@ -458,8 +477,9 @@ def test_scan_extreme_backward_opcheck(exclusive, reverse, device):
     double backward takes) and tracing, on outputs with ties."""
     out = pp.scan(torch.randint(0, 4, (6, 130), device=device).double(), 1, "max", exclusive, reverse)
     grad = torch.randn(6, 130, dtype=torch.float64, device=device, requires_grad=True)
-    torch.library.opcheck(_ops._scan_extreme_backward.default, (grad, out, 1, exclusive, reverse),
-                          test_utils=OPCHECK_UTILS)
+    for offsets in (None, torch.tensor([0, 3, 3, 50, 130], device=device)):
+        torch.library.opcheck(_ops._scan_extreme_backward.default, (grad, out, offsets, 1, exclusive, reverse),
+                              test_utils=OPCHECK_UTILS)
 
 
 @pytest.mark.parametrize("s", sample_params([s for s in SAMPLES if s.differentiable and not s.slow], "compile"))

@@ -150,6 +150,7 @@ struct AffineGradProblem : ProblemBase<Affine<C>> {
   // at 96 registers it spilled 284 bytes a thread and took 0.665 ms; at 128, 0.494 ms).
   static constexpr bool kNeedsMoreRegisters = true;
   static constexpr bool kStoreReadsInputs = true;
+  static constexpr bool kPackedSequences = false;  // (composed of other scans with them: ops/affine.py)
   const In* a = nullptr;
   const In* grad_h = nullptr;
   const In* h = nullptr;                // the forward's output

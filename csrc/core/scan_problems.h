@@ -59,6 +59,10 @@ struct ProblemBase {
   // The CPU engine converts whole blocks of a row at once, through the problem's load_block
   // and store_block, when this is set (see ScanProblem).
   static constexpr bool kConvertsInBlocks = false;
+  // Whether the engine may be handed packed sequences (offsets in the geometry). Problems that
+  // never are (the one-scan backwards) say so, and the CUDA engine compiles no packed instance
+  // of its row loop for them (the flat kernel would still take such a call).
+  static constexpr bool kPackedSequences = true;
 };
 
 // Whether a problem replaces ProblemBase's heads (initial states: at_head, exclusive_head) or

@@ -24,13 +24,14 @@ struct ScanWithIndicesCall : EngineCall {
   RowIndexer in_rows, out_rows, index_rows;
 };
 
-// _scan_extreme_backward: the gradient of a max or min scan over rows without packed
-// sequences, from the forward's output `out` and its gradient `grad` (ExtremeScanGradProblem);
-// dtype: out's.
+// _scan_extreme_backward: the gradient of a max or min scan from the forward's output `out` and
+// its gradient `grad` (ExtremeScanGradProblem); dtype: out's. Packed sequences are marked at
+// their first steps in `starts` (a byte a position along the dim); the geometry has none.
 struct ExtremeScanGradCall : EngineCall {
   const void* grad = nullptr;
   const void* out = nullptr;
   void* grad_in = nullptr;
+  const uint8_t* starts = nullptr;
   RowIndexer grad_rows, out_rows, grad_in_rows;
   int64_t len = 0;
   bool exclusive = false;

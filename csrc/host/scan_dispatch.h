@@ -180,23 +180,29 @@ void dispatch_scan_with_indices(const ScanWithIndicesCall& c, Engine engine) {
   });
 }
 
-// The backward of max/min scans (rows without packed sequences), as sums over the runs of
-// equal outputs.
+// The backward of max/min scans, as sums over the runs of equal outputs.
 template <class Engine>
 void dispatch_scan_extreme_grad(const ExtremeScanGradCall& c, Engine engine) {
   visit_floating(c.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ExtremeScanGradProblem<T, accumulate_t<T, Engine>> p;
-    p.grad = static_cast<const T*>(c.grad);
-    p.out = static_cast<const T*>(c.out);
-    p.grad_in = static_cast<T*>(c.grad_in);
-    p.len = c.len;
-    p.exclusive = c.exclusive;
-    p.forward_reverse = c.forward_reverse;
-    p.grad_rows = c.grad_rows;
-    p.out_rows = c.out_rows;
-    p.grad_in_rows = c.grad_in_rows;
-    engine(p, c.geometry, c.layout);
+    auto run = [&](auto p) {
+      p.grad = static_cast<const T*>(c.grad);
+      p.out = static_cast<const T*>(c.out);
+      p.grad_in = static_cast<T*>(c.grad_in);
+      p.starts = c.starts;
+      p.len = c.len;
+      p.exclusive = c.exclusive;
+      p.forward_reverse = c.forward_reverse;
+      p.grad_rows = c.grad_rows;
+      p.out_rows = c.out_rows;
+      p.grad_in_rows = c.grad_in_rows;
+      engine(p, c.geometry, c.layout);
+    };
+    if (c.starts != nullptr) {
+      run(ExtremeScanGradProblem<T, accumulate_t<T, Engine>, true>{});
+    } else {
+      run(ExtremeScanGradProblem<T, accumulate_t<T, Engine>, false>{});
+    }
   });
 }
 

@@ -1,4 +1,5 @@
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include "scan_host.h"
 
 namespace parprims::host {
@@ -105,8 +106,25 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x_in,
   return c;
 }
 
+namespace {
+
+// A byte a position along the scanned dim, 1 at each packed sequence's first step in scan
+// order (offsets[k]; offsets[k + 1] - 1 in reverse), built on the device without a sync. An empty
+// sequence marks a position where a neighbouring sequence starts anyway, or one just outside
+// the dim (a slot each side, dropped).
+at::Tensor sequence_starts(const at::Tensor& offsets, int64_t len, bool reverse) {
+  // (shifted by one slot: the reverse first step of a leading empty sequence is -1)
+  const auto slot = reverse ? offsets.slice(0, 1) : offsets.slice(0, 0, -1).add(1);
+  auto marks = at::zeros({len + 2}, offsets.options().dtype(at::kByte));
+  marks.index_fill_(0, slot.to(at::kLong), 1);
+  return marks.slice(0, 1, len + 1).clone();  // (aligned for wide loads)
+}
+
+}  // namespace
+
 PreparedExtremeScanGrad prepare_scan_extreme_backward(const at::Tensor& grad_in, const at::Tensor& out_in,
-                                                      int64_t dim_in, bool exclusive, bool reverse) {
+                                                      const c10::optional<at::Tensor>& offsets, int64_t dim_in,
+                                                      bool exclusive, bool reverse) {
   TORCH_CHECK(grad_in.device() == out_in.device(), "_scan_extreme_backward: expected grad and out on one device");
   TORCH_CHECK(at::isFloatingType(out_in.scalar_type()) && grad_in.scalar_type() == out_in.scalar_type(),
               "_scan_extreme_backward: expected floating grad and out of one dtype, got ",
@@ -117,11 +135,16 @@ PreparedExtremeScanGrad prepare_scan_extreme_backward(const at::Tensor& grad_in,
   c.grad = as_vector_if_scalar(grad_in);
   c.out = as_vector_if_scalar(out_in);
   const int64_t dim = wrap_dim(c.out, dim_in);
+  const at::Tensor checked = checked_offsets(offsets, c.out, c.out.size(dim));
   c.grad_in = at::empty_like(c.out);
   c.result = out_in.dim() == 0 ? c.grad_in.reshape({}) : c.grad_in;
   c.launch = c.out.numel() > 0;
   if (c.launch) {
     auto& call = c.call;
+    if (checked.defined()) {
+      c.starts = sequence_starts(checked, c.out.size(dim), reverse);
+      call.starts = c.starts.const_data_ptr<uint8_t>();
+    }
     const int64_t rows = row_count(c.out, dim);
     const auto indexers = set_engine_call(call, {c.out, c.grad, c.grad_in}, dim,
                                           make_geometry(rows, c.out.size(dim), at::Tensor(), false, !reverse));

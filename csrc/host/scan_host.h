@@ -48,15 +48,17 @@ PreparedScanWithIndices prepare_scan_with_indices(const at::Tensor& x,
                                                   int64_t dim, c10::string_view op, bool exclusive,
                                                   bool reverse);
 
-// _scan_extreme_backward: the gradient of a max/min scan (rows without packed sequences) from
-// the forward's output and the gradient of that output.
+// _scan_extreme_backward: the gradient of a max/min scan (packed sequences optional) from the
+// forward's output and the gradient of that output.
 struct PreparedExtremeScanGrad {
   at::Tensor grad, out, grad_in;
+  at::Tensor starts;  // packed sequences: their first steps in scan order, marked (undefined without)
   at::Tensor result;  // grad_in, or its 0-d view
   bool launch = false;
   ExtremeScanGradCall call;  // set when `launch`
 };
-PreparedExtremeScanGrad prepare_scan_extreme_backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim,
+PreparedExtremeScanGrad prepare_scan_extreme_backward(const at::Tensor& grad, const at::Tensor& out,
+                                                      const c10::optional<at::Tensor>& offsets, int64_t dim,
                                                       bool exclusive, bool reverse);
 
 // _scan_bicyclic: the exact non-commutative test monoid over int64 pairs (p, q).

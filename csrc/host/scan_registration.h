@@ -46,9 +46,9 @@ struct ScanOps {
     return {c.p_out, c.q_out};
   }
 
-  static at::Tensor scan_extreme_backward_op(const at::Tensor& grad, const at::Tensor& out, int64_t dim,
-                                             bool exclusive, bool reverse) {
-    const auto c = prepare_scan_extreme_backward(grad, out, dim, exclusive, reverse);
+  static at::Tensor scan_extreme_backward_op(const at::Tensor& grad, const at::Tensor& out, const OptTensor& offsets,
+                                             int64_t dim, bool exclusive, bool reverse) {
+    const auto c = prepare_scan_extreme_backward(grad, out, offsets, dim, exclusive, reverse);
     if (c.launch) ExtremeGrad(c);
     return c.result;
   }

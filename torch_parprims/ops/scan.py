@@ -38,15 +38,7 @@ def scan(x: torch.Tensor, dim: int, op: str = "add", exclusive: bool = False, re
         >>> assert torch.equal(scan(x, 0, "max", exclusive=True), torch.tensor([-float("inf"), 3., 3., 4.]))
     """
     x = _args.expect_tensor("x", x)
-    # (No indices for max/min: their backward tells the sources apart from the output alone.)
     return _ops.scan(x, dim, op, exclusive, reverse)
-
-
-def _keeps_indices(x, op):
-    """Whether a segmented max/min scan runs with its indices: when its gradient will be needed,
-    the forward records where each output came from and the backward sums there (it would
-    otherwise scan again to find them). The extra cost is an int64 tensor of x's shape."""
-    return op in ("max", "min") and x.is_floating_point() and x.requires_grad and torch.is_grad_enabled()
 
 
 @_args.takes_offsets("x")
@@ -82,8 +74,6 @@ def segmented_scan(
         >>> assert torch.equal(segmented_scan(x, cu_seqlens=offsets), y)
     """
     # cu_seqlens arrives as offsets (see _args.takes_offsets).
-    if _keeps_indices(x, op):
-        return _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)[0]
     return _ops.segmented_scan(x, offsets, dim, op, exclusive, reverse)
 
 
@@ -112,7 +102,7 @@ def _scan_with_indices_fake(x, offsets, dim, op, exclusive=False, reverse=False)
 
 
 @torch.library.register_fake("parprims::_scan_extreme_backward")
-def _scan_extreme_backward_fake(grad, out, dim, exclusive, reverse):
+def _scan_extreme_backward_fake(grad, out, offsets, dim, exclusive, reverse):
     return torch.empty_like(out)
 
 
@@ -134,10 +124,10 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
 
     if op == "add":
         return rscan(grad, "add", exclusive)
-    if op in ("max", "min") and offsets is None:
+    if op in ("max", "min"):
         # One scan over the runs of equal outputs (csrc/core/extreme_grad_problem.h), from y
         # alone; half types sum in float32 inside it.
-        return _ops._scan_extreme_backward(grad, y, dim, exclusive, reverse)
+        return _ops._scan_extreme_backward(grad, y, offsets, dim, exclusive, reverse)
     if x.dtype in (torch.float16, torch.bfloat16):
         # Half inputs: the backward computes in float32, as the forward does. Max/min accumulate
         # their scattered gradients in float32; logaddexp needs the float32 output, not the saved
@@ -157,9 +147,6 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
             return before * later
         later, _ = _ops._affine_scan_exclusive(x, x * grad, dim, None, offsets, not reverse, False)
         return before * (grad + later)
-    if op in ("max", "min"):
-        _, index = _ops._scan_with_indices(x, offsets, dim, op, exclusive, reverse)
-        return gather_to_sources(grad, index, dim, exclusive, reverse, offsets)
     if op == "logaddexp":
         # dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so every term stays in log space.
         log_g = torch.log(grad.abs()) - y
@@ -170,47 +157,11 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
     raise ValueError(f"op: unknown scan op {op!r}")
 
 
-def gather_to_sources(grad, index, dim, exclusive, reverse, offsets):
-    """The gradient of a max/min scan: each output's gradient added to the input position it
-    came from (``index``; -1 where an exclusive scan gave the identity).
-
-    The outputs that come from one position form a run in scan order (a source keeps its place
-    until a larger value takes over, and never returns), which starts at the source itself
-    (inclusive) or right after it (exclusive). So the gradient is one affine scan against the
-    scan order with gates 0 before each run start and 1 inside runs: at a run's start it holds
-    the run's sum, which goes to the source. No scatter: no atomics (deterministic), and no
-    contention on the few positions that most outputs of a row share."""
-    if index.dim() == 0:
-        return gather_to_sources(grad.reshape(1), index.reshape(1), 0, exclusive, reverse, offsets).reshape(())
-    n = index.shape[dim]
-    step = -1 if reverse else 1  # from an output to the next one in scan order
-    shape = [1] * index.dim()
-    shape[dim] = n
-    # The index of a run's first output: its own position, or the one before it (an exclusive
-    # scan's identity, -1, is never a source: -2 matches nothing).
-    first = torch.arange(n, device=index.device)
-    if exclusive:
-        first = first - step
-        first = torch.where(first < 0, -2, first)
-    starts = index == first.view(shape)
-    one, zero = torch.ones((), dtype=grad.dtype, device=grad.device), torch.zeros((), dtype=grad.dtype, device=grad.device)
-    # gate t: whether the output after t in scan order continues t's run
-    gates = torch.where(torch.roll(starts, -step, dim), zero, one)
-    run_sums, _ = _ops.affine_scan(gates, grad, dim, None, offsets, not reverse, False)
-    at_starts = torch.where(starts, run_sums, zero)
-    if not exclusive:
-        return at_starts
-    # the run of source s starts one output after s in scan order (a run start is never a
-    # sequence's or the row's first output, so nothing crosses a boundary)
-    return torch.roll(at_starts, -step, dim)
-
-
 def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
     ctx.dim, ctx.op, ctx.exclusive, ctx.reverse = dim, op, exclusive, reverse
-    # Dense max/min need only the output (their runs of equal values); packed ones the input.
-    extreme = op in ("max", "min")
-    keep_x = op in ("mul", "logaddexp") or (extreme and offsets is not None)
-    keep_y = op == "logaddexp" or (extreme and offsets is None)
+    # Max/min need only the output (the runs of equal values tell the sources apart).
+    keep_x = op in ("mul", "logaddexp")
+    keep_y = op in ("logaddexp", "max", "min")
     ctx.save_for_backward(x if keep_x else None, y if keep_y else None, offsets)
 
 
@@ -246,19 +197,19 @@ torch.library.register_autograd(
 
 def _with_indices_setup_context(ctx, inputs, output):
     x, offsets, dim, _op, exclusive, reverse = inputs
-    _, index = output
+    values, index = output
     ctx.mark_non_differentiable(index)
     ctx.exclusive, ctx.reverse = exclusive, reverse
     ctx.set_materialize_grads(False)  # no int64 zeros of the input's size for the index's gradient
     ctx.dim = dim
-    ctx.save_for_backward(index, offsets)
+    ctx.save_for_backward(values, offsets)
 
 
 def _with_indices_backward(ctx, grad_values, _grad_index):
-    index, offsets = ctx.saved_tensors
+    values, offsets = ctx.saved_tensors
     if grad_values is None:
         return None, None, None, None, None, None
-    grad = gather_to_sources(grad_values, index, ctx.dim, ctx.exclusive, ctx.reverse, offsets)
+    grad = _ops._scan_extreme_backward(grad_values, values, offsets, ctx.dim, ctx.exclusive, ctx.reverse)
     return grad, None, None, None, None, None
 
 
@@ -283,41 +234,59 @@ def _no_context(ctx, inputs, output):
     pass
 
 
-def gather_from_sources(v, out, dim, exclusive, reverse):
+def _sequence_firsts(offsets, n, reverse, device):
+    """Whether each position along the dim is a sequence's first step in scan order (the row's
+    first without offsets), in scan order. Empty sequences mark where a neighbour starts anyway,
+    or a slot outside the dim (dropped)."""
+    if offsets is None:
+        return torch.arange(n, device=device) == 0
+    marks = torch.zeros(n + 2, dtype=torch.bool, device=device)  # physical positions, one slot each side
+    first = offsets[1:] - 1 if reverse else offsets[:-1]
+    marks.index_fill_(0, first.long() + 1, True)
+    marks = marks[1:n + 1]
+    return marks.flip(0) if reverse else marks
+
+
+def gather_from_sources(v, out, offsets, dim, exclusive, reverse):
     """What each output of a max/min scan reads from ``v`` at the position it came from (zero
     for an exclusive scan's identity): the forward's Jacobian applied to ``v``, which is the
     derivative of ``_scan_extreme_backward`` with respect to its gradient. The sources are
     told apart from ``out`` alone, as there: a run of equal outputs (NaN equal to NaN) starts at
-    the row's first step and wherever the value changes."""
+    a sequence's first step and wherever the value changes."""
     if out.dim() == 0:
-        return gather_from_sources(v.reshape(1), out.reshape(1), 0, exclusive, reverse).reshape(())
+        return gather_from_sources(v.reshape(1), out.reshape(1), offsets, 0, exclusive, reverse).reshape(())
     o, w = out.movedim(dim, -1), v.movedim(dim, -1)
     if reverse:  # walk in scan order
         o, w = o.flip(-1), w.flip(-1)
     n = o.size(-1)
-    same = (o[..., 1:] == o[..., :-1]) | (o[..., 1:].isnan() & o[..., :-1].isnan())
-    starts = torch.ones_like(o, dtype=torch.bool)
-    starts[..., 1:] = ~same
-    if exclusive and n > 1:
-        starts[..., 1] = True  # output 1 holds the first step's value, always a new source
+    firsts = _sequence_firsts(offsets, n, reverse, o.device)
+    starts = firsts.expand_as(o).clone()
+    starts[..., 1:] |= ~((o[..., 1:] == o[..., :-1]) | (o[..., 1:].isnan() & o[..., :-1].isnan()))
+    if exclusive:
+        # Output t holds step t - 1's value: the step after a sequence's first starts a run,
+        # whose source is one step back; a first step's output is the identity.
+        starts[..., 1:] |= firsts[:-1]
     step = torch.arange(n, device=o.device).expand_as(o)
     source = torch.cummax(torch.where(starts, step, 0), -1).values - int(exclusive)
-    result = torch.where(source >= 0, w.gather(-1, source.clamp(min=0)), 0)
+    result = w.gather(-1, source.clamp(min=0))
+    if exclusive:
+        result = torch.where(firsts, 0, result)
     if reverse:
         result = result.flip(-1)
     return result.movedim(-1, dim)
 
 
 def _extreme_backward_setup_context(ctx, inputs, output):
-    _grad, out, dim, exclusive, reverse = inputs
+    _grad, out, offsets, dim, exclusive, reverse = inputs
     ctx.dim, ctx.exclusive, ctx.reverse = dim, exclusive, reverse
-    ctx.save_for_backward(out)
+    ctx.save_for_backward(out, offsets)
 
 
 def _extreme_backward_backward(ctx, grad_grad_in):
     # Linear in the gradient; the outputs' values only pick the runs (no gradient through them).
-    (out,) = ctx.saved_tensors
-    return gather_from_sources(grad_grad_in, out, ctx.dim, ctx.exclusive, ctx.reverse), None, None, None, None
+    out, offsets = ctx.saved_tensors
+    grad = gather_from_sources(grad_grad_in, out, offsets, ctx.dim, ctx.exclusive, ctx.reverse)
+    return grad, None, None, None, None, None
 
 
 torch.library.register_autograd(

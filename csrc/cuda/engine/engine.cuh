@@ -163,7 +163,7 @@ struct Engine {
         if (!warp_rows_disabled() && try_warp_rows(problem, g)) return;
       }
       if (try_rows<P, false>(problem, g)) return;
-    } else if constexpr (kPackedRowLoop<typename P::Value>) {
+    } else if constexpr (kPackedRowLoop<typename P::Value> && P::kPackedSequences) {
       if (!packed_rows_disabled() && try_rows<P, true>(problem, g)) return;
     }
     using K = FlatScan<P>;
