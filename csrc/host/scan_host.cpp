@@ -111,13 +111,13 @@ namespace {
 // A byte a position along the scanned dim, 1 at each packed sequence's first step in scan
 // order (offsets[k]; offsets[k + 1] - 1 in reverse), built on the device without a sync. An empty
 // sequence marks a position where a neighbouring sequence starts anyway, or one just outside
-// the dim (a slot each side, dropped).
+// the dim (len, or -1 in reverse: both land in one spare slot at the end, dropped; the marks
+// keep the allocation's alignment for wide loads).
 at::Tensor sequence_starts(const at::Tensor& offsets, int64_t len, bool reverse) {
-  // (shifted by one slot: the reverse first step of a leading empty sequence is -1)
-  const auto slot = reverse ? offsets.slice(0, 1) : offsets.slice(0, 0, -1).add(1);
-  auto marks = at::zeros({len + 2}, offsets.options().dtype(at::kByte));
-  marks.index_fill_(0, slot.to(at::kLong), 1);
-  return marks.slice(0, 1, len + 1).clone();  // (aligned for wide loads)
+  const auto first = reverse ? offsets.slice(0, 1).sub(1).remainder(len + 1) : offsets.slice(0, 0, -1);
+  auto marks = at::zeros({len + 1}, offsets.options().dtype(at::kByte));
+  marks.index_fill_(0, first.to(at::kLong), 1);
+  return marks.slice(0, 0, len);
 }
 
 }  // namespace

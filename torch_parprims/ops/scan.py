@@ -240,11 +240,11 @@ def _sequence_firsts(offsets, n, reverse, device):
     or a slot outside the dim (dropped)."""
     if offsets is None:
         return torch.arange(n, device=device) == 0
-    marks = torch.zeros(n + 2, dtype=torch.bool, device=device)  # physical positions, one slot each side
-    first = offsets[1:] - 1 if reverse else offsets[:-1]
-    marks.index_fill_(0, first.long() + 1, True)
-    marks = marks[1:n + 1]
-    return marks.flip(0) if reverse else marks
+    # Physical positions, as csrc/host/scan_host.cpp's sequence_starts: n and -1 land in a spare slot.
+    marks = torch.zeros(n + 1, dtype=torch.bool, device=device)
+    first = (offsets[1:] - 1) % (n + 1) if reverse else offsets[:-1]
+    marks.index_fill_(0, first.long(), True)
+    return marks[:n].flip(0) if reverse else marks[:n]
 
 
 def gather_from_sources(v, out, offsets, dim, exclusive, reverse):
@@ -267,7 +267,7 @@ def gather_from_sources(v, out, offsets, dim, exclusive, reverse):
         # whose source is one step back; a first step's output is the identity.
         starts[..., 1:] |= firsts[:-1]
     step = torch.arange(n, device=o.device).expand_as(o)
-    source = torch.cummax(torch.where(starts, step, 0), -1).values - int(exclusive)
+    source = _ops.scan(torch.where(starts, step, 0), -1, "max", False, False) - int(exclusive)
     result = w.gather(-1, source.clamp(min=0))
     if exclusive:
         result = torch.where(firsts, 0, result)
