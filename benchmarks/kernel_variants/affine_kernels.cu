@@ -1,7 +1,7 @@
 // Stand-alone timing of the engine's affine-recurrence kernels, without the extension: the
 // row loop's forward and backward on time-contiguous rows, and the column kernel's backward
-// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add and max scans. It includes the engine's headers from the source tree
-// given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
+// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add, max and logaddexp
+// scans. It includes the engine's headers from the source tree given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
 // builds in about ten seconds instead of the extension's minutes; `variants.sh` beside it
 // builds and runs several trees at once. Each run checks its outputs on a few rows (the
 // backward against float64, the forward against a sequential float32 loop) and prints the
@@ -10,7 +10,7 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
 //        -I"$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" \
 //        -Icsrc benchmarks/kernel_variants/affine_kernels.cu -o affine_kernels
-//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum|row-max f32|bf16 log_gates(0|1) [reps]
+//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]
 //
 // Shapes: rows (8, 2048, 4096) (16384 rows of 4096 steps); columns (8, 4096, 2048) along T.
 #include <c10/util/BFloat16.h>
@@ -21,12 +21,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/affine_problems.h"
 #include "cuda/engine/column_scan.cuh"
 #include "cuda/engine/row_scan.cuh"
 #include "harness.cuh"
+
+namespace parprims {
+template <class T>
+struct LogSumExp;  // (declared for trees without it: see LogAddExpScan)
+}
 
 using namespace parprims;
 using namespace parprims::cuda;
@@ -130,16 +136,29 @@ double check_backward(const Arrays<T>& x, int64_t len, int64_t inner, bool log_g
   return err / scale;
 }
 
-// The largest error of the add (or max) scan of b into h on the first kCheckedRows rows against
-// float64, relative to the largest reference value.
+enum class ScanKind { kAdd, kMax, kLogAddExp };
+
+double combine(ScanKind kind, double acc, double x) {
+  switch (kind) {
+    case ScanKind::kMax: return std::max(acc, x);
+    case ScanKind::kLogAddExp: {
+      const double hi = std::max(acc, x), lo = std::min(acc, x);
+      return lo == -INFINITY ? hi : hi + std::log1p(std::exp(lo - hi));
+    }
+    default: return acc + x;
+  }
+}
+
+// The largest error of the scan of b into h on the first kCheckedRows rows against float64,
+// relative to the largest reference value.
 template <class T>
-double check_scan(const Arrays<T>& x, int64_t len, bool max) {
+double check_scan(const Arrays<T>& x, int64_t len, ScanKind kind) {
   const auto B = download<T>(x.b, kCheckedRows * len), H = download<T>(x.h, kCheckedRows * len);
   std::vector<double> want(B.size());
   for (int64_t r = 0; r < kCheckedRows; ++r) {
-    double acc = max ? -INFINITY : 0.0;
+    double acc = kind == ScanKind::kAdd ? 0.0 : -INFINITY;
     for (int64_t t = 0; t < len; ++t) {
-      acc = max ? std::max(acc, B[r * len + t]) : acc + B[r * len + t];
+      acc = combine(kind, acc, B[r * len + t]);
       want[r * len + t] = acc;
     }
   }
@@ -188,7 +207,15 @@ float time_rows(const P& p, const ScanGeometry& g, int reps, int& per_sm) {
   return time_ms([&] { row_scan_kernel<P, false><<<grid, K::kThreads>>>(p, g, true, plan, false); }, reps);
 }
 
-// An add or max scan of b into h, row by row.
+// The monoid of the CUDA engine's logaddexp scans: the (max, rest) pairs where the source tree
+// has them (older trees, which the variants may be, scan LogAddExp).
+template <class T, class = void>
+struct is_complete : std::false_type {};
+template <class T>
+struct is_complete<T, std::void_t<decltype(sizeof(T))>> : std::true_type {};
+using LogAddExpScan = std::conditional_t<is_complete<LogSumExp<float>>::value, LogSumExp<float>, LogAddExp<float>>;
+
+// A scan of b into h, row by row.
 template <class M, class T>
 float time_scan(const Arrays<T>& x, const ScanGeometry& g, int64_t outer, int64_t inner, int reps, int& per_sm) {
   ScanProblem<M, T, T> p;
@@ -200,8 +227,11 @@ float time_scan(const Arrays<T>& x, const ScanGeometry& g, int64_t outer, int64_
 
 template <class T>
 void run(const char* mode, bool log_gates, int reps, const char* dtype) {
-  const bool columns = strcmp(mode, "col-grad") == 0, running_max = strcmp(mode, "row-max") == 0;
-  const bool scan = running_max || strcmp(mode, "row-sum") == 0;
+  const bool columns = strcmp(mode, "col-grad") == 0;
+  const ScanKind kind = strcmp(mode, "row-max") == 0   ? ScanKind::kMax
+                        : strcmp(mode, "row-lse") == 0 ? ScanKind::kLogAddExp
+                                                       : ScanKind::kAdd;
+  const bool scan = kind != ScanKind::kAdd || strcmp(mode, "row-sum") == 0;
   const bool backward = !scan && strcmp(mode, "row-fwd") != 0;
   const int64_t outer = columns ? kBatch : kBatch * kChannels, inner = columns ? kChannels : 1;
   const int64_t rows = kBatch * kChannels, len = kSteps, n = rows * len;
@@ -216,9 +246,10 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
   float ms = 0;
   double err = 0;
   if (scan) {
-    ms = running_max ? time_scan<Max<float>>(x, g, outer, inner, reps, per_sm)
-                     : time_scan<Add<float>>(x, g, outer, inner, reps, per_sm);
-    err = check_scan(x, len, running_max);
+    ms = kind == ScanKind::kMax         ? time_scan<Max<float>>(x, g, outer, inner, reps, per_sm)
+         : kind == ScanKind::kLogAddExp ? time_scan<LogAddExpScan>(x, g, outer, inner, reps, per_sm)
+                                        : time_scan<Add<float>>(x, g, outer, inner, reps, per_sm);
+    err = check_scan(x, len, kind);
   } else if (!backward) {
     AffineProblem<T, float, float> p;
     p.a = x.a;
@@ -264,7 +295,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: %s row-fwd|row-grad|col-grad|row-sum|row-max f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
+    printf("usage: %s row-fwd|row-grad|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
     return 2;
   }
   const bool bf16 = strcmp(argv[2], "bf16") == 0;
