@@ -29,12 +29,14 @@ def scans(dev):
             (h.square().sum() + f.sum()).backward()  # the one-scan backward
             pp.scan(b.detach(), -1, "add", reverse=rev, exclusive=True)
             pp.scan(b.detach().bfloat16(), -1, "max", reverse=rev)
+            pp.scan(b.detach(), -1, "logaddexp", exclusive=rev, reverse=rev)
     # Short rows, more than run at once: one-warp blocks walking several rows each (aligned
     # rows, rows read element by element, bfloat16 rows of several tiles).
     short_a = (torch.rand(4000, 280, device=dev) * 0.5 + 0.5).requires_grad_()
     short_b = torch.randn(4000, 280, device=dev, requires_grad=True)
     h, f = pp.affine_scan(short_a, short_b, -1, torch.randn(4000, device=dev), reverse=True)
     pp.scan(torch.randn(4000, 256, device=dev), -1, "add")
+    pp.scan(torch.randn(4000, 256, device=dev), -1, "logaddexp", exclusive=True)
     pp.scan(torch.randn(4000, 600, device=dev)[:, ::2], -1, "max", exclusive=True)
     pp.scan(torch.randn(3000, 1000, device=dev).bfloat16(), -1, "add", reverse=True)
     # Few long rows and one 1-D row: the row loop cut into spans (summary pass, carry, full pass).

@@ -377,6 +377,33 @@ def test_max_min_gradient_with_ties_and_nans(op, exclusive, reverse, packed, dev
 EXTREME_LAYOUTS = [((5, 700), 1), ((600, 2048), 1), ((2, 70001), 1), ((900, 40), 0), ((300, 1001), 1), ((3, 5), 1)]
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float64))
+@pytest.mark.parametrize("shape,dim", EXTREME_LAYOUTS)
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("packed", (False, True))
+def test_logaddexp_on_every_kernel(shape, dim, exclusive, reverse, packed, dtype, device):
+    """logaddexp on each kernel (the GPU scans (max, rest) pairs): values spread over hundreds,
+    runs of -inf (the identity) at a row's start and inside, a row with a +inf and a row with a
+    NaN, packed sequences of 0 to 70 steps and a long one; against the float64 reference."""
+    torch.manual_seed(sum(shape) + 5 * exclusive + 3 * reverse + packed)
+    x = 30 * torch.randn(shape, dtype=torch.float64)
+    x.view(-1)[:: 97] -= 400  # far below their neighbours: their terms underflow in float32
+    x.select(dim, 0).fill_(float("-inf"))
+    x.view(-1)[x.numel() // 5 : x.numel() // 5 + 9] = float("-inf")
+    x.view(-1)[x.numel() // 3] = float("inf")
+    x.view(-1)[(2 * x.numel()) // 3] = float("nan")
+    x = x.to(dtype)
+    offsets = packed_offsets(shape[dim]) if packed else None
+    expected = ref.segmented_scan(x.double(), offsets, dim, "logaddexp", exclusive, reverse)
+    xd = x.to(device)
+    if packed:
+        y = pp.segmented_scan(xd, offsets.to(device), dim, "logaddexp", exclusive, reverse)
+    else:
+        y = pp.scan(xd, dim, "logaddexp", exclusive, reverse)
+    assert y.dtype == dtype
+    assert_close(y, expected, scale=scan_scale(x, offsets, dim, "logaddexp", exclusive, reverse, expected))
+
+
 def packed_offsets(n):
     """Sequences of 1, 0, 2, 0, 1, 3, ... steps, then a long one and an empty one at the end."""
     lengths = [1, 0, 2, 0, 1, 3, 8, 5, 0, 70][: max(1, min(10, n // 8))]

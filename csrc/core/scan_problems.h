@@ -81,10 +81,12 @@ struct TwoCursor {
   int64_t out;
 };
 
-// Reads `In`, scans in `M::value_type` (float for half inputs), writes `Out`.
+// Reads `In`, scans in `M::value_type` (float for half inputs), writes `Out` (ScanValues
+// converts both ways).
 template <class M, class In, class Out>
 struct ScanProblem : ProblemBase<M> {
   using Value = typename M::value_type;
+  using Values = ScanValues<M>;
   static constexpr int kInputBytes = static_cast<int>(sizeof(In));
   using Cursor = TwoCursor;
   const In* in = nullptr;
@@ -93,17 +95,17 @@ struct ScanProblem : ProblemBase<M> {
 
   PP_HD Cursor cursor(int64_t row) const { return {in_rows.row_offset(row), out_rows.row_offset(row)}; }
   PP_HD Value load(const Cursor& c, int64_t pos) const {
-    return static_cast<Value>(in[c.in + pos * in_rows.stride_len]);
+    return Values::lift(in[c.in + pos * in_rows.stride_len]);
   }
   PP_HD void store(const Cursor& c, int64_t pos, const Value& v) const {
-    out[c.out + pos * out_rows.stride_len] = static_cast<Out>(v);
+    out[c.out + pos * out_rows.stride_len] = Values::template result<Out>(v);
   }
   template <int N>
   PP_HD bool load_run(const Cursor& c, int64_t pos, Value (&values)[N]) const {
     In raw[N];
     if (in_rows.stride_len != 1 || !load_wide<N>(in + c.in + pos, raw)) return false;
     PP_UNROLL
-    for (int i = 0; i < N; ++i) values[i] = static_cast<Value>(raw[i]);
+    for (int i = 0; i < N; ++i) values[i] = Values::lift(raw[i]);
     return true;
   }
   // Held as loaded in every dtype: no slower than values for float32 (H200: (12288, 2048) add
@@ -121,14 +123,14 @@ struct ScanProblem : ProblemBase<M> {
   }
   template <class Raw>
   PP_HD Value from_raw(const Raw& raw, int k) const {
-    return static_cast<Value>(raw.get(k));
+    return Values::lift(raw.get(k));
   }
   template <int N>
   PP_HD bool store_run(const Cursor& c, int64_t pos, const Value (&values)[N]) const {
     if (out_rows.stride_len != 1) return false;
     Out raw[N];
     PP_UNROLL
-    for (int i = 0; i < N; ++i) raw[i] = static_cast<Out>(values[i]);
+    for (int i = 0; i < N; ++i) raw[i] = Values::template result<Out>(values[i]);
     return store_wide<N>(out + c.out + pos, raw);
   }
   // The CPU engine converts half inputs and outputs (2-byte floats scanned in float) a block of
@@ -141,13 +143,13 @@ struct ScanProblem : ProblemBase<M> {
   bool load_block(const Cursor& c, int64_t pos, int64_t n, Value* values) const {
     if (in_rows.stride_len != 1) return false;
     const In* from = in + c.in + pos;
-    for (int64_t i = 0; i < n; ++i) values[i] = static_cast<Value>(from[i]);
+    for (int64_t i = 0; i < n; ++i) values[i] = Values::lift(from[i]);
     return true;
   }
   bool store_block(const Cursor& c, int64_t pos, int64_t n, const Value* values) const {
     if (out_rows.stride_len != 1) return false;
     Out* to = out + c.out + pos;
-    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<Out>(values[i]);
+    for (int64_t i = 0; i < n; ++i) to[i] = Values::template result<Out>(values[i]);
     return true;
   }
 };

@@ -135,10 +135,17 @@ void dispatch_scan_mul(const ScanCall& c, Engine engine) {
   });
 }
 
+// The GPU scans (max, rest) pairs (LogSumExp: one exp a combine, a log1p an output); the CPU,
+// which walks a row element by element, LogAddExp in double for float32.
 template <class Engine>
 void dispatch_scan_logaddexp(const ScanCall& c, Engine engine) {
   visit_floating(c.dtype, [&](auto tag) {
-    run_scan_accumulating<LogAddExp, typename decltype(tag)::type>(c, engine);
+    using T = typename decltype(tag)::type;
+    if constexpr (Engine::kIsCuda) {
+      run_scan<LogSumExp<accumulate_t<T, Engine>>, T, T>(c, engine);
+    } else {
+      run_scan_accumulating<LogAddExp, T>(c, engine);
+    }
   });
 }
 

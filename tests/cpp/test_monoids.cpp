@@ -1,6 +1,7 @@
 // Monoid laws for every operator of csrc/core/monoids.h: identity on both sides and
-// associativity, exact for the integer ones; NaN propagation for max/min/logaddexp; tie and NaN
-// rules of ArgMax/ArgMin; non-commutativity where the algebra has it.
+// associativity, exact for the integer ones; NaN propagation for max/min/logaddexp (and the
+// GPU's (max, rest) pairs of logaddexp); tie and NaN rules of ArgMax/ArgMin;
+// non-commutativity where the algebra has it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -152,6 +153,76 @@ TEST(LogAddExp, NaNPropagates) {
   EXPECT_TRUE(std::isnan(LogAddExp<double>::combine(1.0, kNaN)));
   EXPECT_TRUE(std::isnan(LogAddExp<double>::combine(-kInf, kNaN)));
   EXPECT_TRUE(std::isnan(LogAddExp<double>::combine(kNaN, kInf)));
+}
+
+// ---- LogSumExp (logaddexp as (max, rest) pairs) ------------------------------------------
+
+using Pair = LogSumExp<double>::value_type;
+Pair pair_of(double x) { return LogSumExp<double>::lift(x); }
+double result_of(const Pair& p) { return LogSumExp<double>::result(p); }
+double logaddexp_of(const std::vector<double>& xs) {
+  double r = -kInf;
+  for (double x : xs) r = LogAddExp<double>::combine(r, x);
+  return r;
+}
+
+// Pairs compare by the value they stand for (two pairs can stand for one value: (m, rest) from
+// different orders of the same terms round differently).
+bool same_result(const Pair& a, const Pair& b) {
+  const double x = result_of(a), y = result_of(b);
+  if (std::isnan(x) || std::isnan(y) || std::isinf(x) || std::isinf(y)) return same(x, y);
+  return std::abs(x - y) <= 1e-13 * std::max(1.0, std::abs(x));
+}
+
+std::vector<Pair> pair_samples() {
+  std::vector<Pair> samples;
+  for (double x : {0.0, -3.0, 7.25, -100.0, 50.0, -kInf, kInf, kNaN}) samples.push_back(pair_of(x));
+  // Sums of several terms: (m, rest) with rest > 0.
+  samples.push_back(LogSumExp<double>::combine(pair_of(2.0), pair_of(1.5)));
+  samples.push_back(LogSumExp<double>::combine(pair_of(-700.0), pair_of(-699.0)));
+  return samples;
+}
+
+TEST(LogSumExp, Identity) {
+  EXPECT_TRUE(same(result_of(LogSumExp<double>::identity()), -kInf));
+  expect_identity<LogSumExp<double>>(pair_samples(), same_result);
+}
+TEST(LogSumExp, Associative) { expect_associative<LogSumExp<double>>(pair_samples(), same_result); }
+// Every order of combining stands for logaddexp of all the terms, in its precision.
+TEST(LogSumExp, AgreesWithLogAddExp) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 30.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> xs(1 + trial % 17);
+    for (double& x : xs) x = normal(rng);
+    Pair left = LogSumExp<double>::identity(), right = LogSumExp<double>::identity();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      left = LogSumExp<double>::combine(left, pair_of(xs[i]));
+      right = LogSumExp<double>::combine(pair_of(xs[xs.size() - 1 - i]), right);
+    }
+    const double want = logaddexp_of(xs);
+    EXPECT_NEAR(result_of(left), want, 1e-13 * std::max(1.0, std::abs(want)));
+    EXPECT_NEAR(result_of(right), want, 1e-13 * std::max(1.0, std::abs(want)));
+  }
+  // Exact near the largest term: log1p of the other terms alone.
+  const Pair p = LogSumExp<double>::combine(pair_of(0.0), pair_of(-40.0));
+  EXPECT_EQ(p.max, 0.0);
+  EXPECT_DOUBLE_EQ(result_of(p), std::log1p(std::exp(-40.0)));
+  // Stable where exp overflows; float rounding as LogAddExp's.
+  EXPECT_NEAR(result_of(LogSumExp<double>::combine(pair_of(1000.0), pair_of(1000.0))), 1000.0 + std::log(2.0), 1e-12);
+  const auto f = LogSumExp<float>::combine(LogSumExp<float>::lift(-200.0f), LogSumExp<float>::lift(-200.0f));
+  EXPECT_NEAR(LogSumExp<float>::result(f), -200.0f + std::log(2.0f), 1e-4);
+}
+TEST(LogSumExp, InfinitiesAndNaN) {
+  using M = LogSumExp<double>;
+  EXPECT_EQ(result_of(M::combine(pair_of(-kInf), pair_of(-kInf))), -kInf);
+  EXPECT_EQ(result_of(M::combine(pair_of(kInf), pair_of(3.0))), kInf);
+  EXPECT_EQ(result_of(M::combine(pair_of(3.0), pair_of(kInf))), kInf);
+  EXPECT_EQ(result_of(M::combine(pair_of(kInf), pair_of(kInf))), kInf);
+  for (double other : {1.0, -kInf, kInf}) {
+    EXPECT_TRUE(std::isnan(result_of(M::combine(pair_of(kNaN), pair_of(other))))) << other;
+    EXPECT_TRUE(std::isnan(result_of(M::combine(pair_of(other), pair_of(kNaN))))) << other;
+  }
 }
 
 // ---- SumCount (the mean's pairs) -------------------------------------------------------------
