@@ -477,6 +477,42 @@ def test_double_backward_of_max(exclusive, reverse, packed, device):
     assert torch.equal(gg, torch.where(index >= 0, v.gather(1, index.clamp(min=0)), 0))
 
 
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("packed", (False, True))
+def test_logaddexp_backward_is_one_affine_scan(exclusive, reverse, packed, device):
+    """logaddexp's gradient is one reverse affine scan (no logaddexp scans) with gates in [0, 1],
+    whatever the spread of the values (far apart, their exp(x - y) underflow): against the float64
+    reference's autograd; the double backward differentiates the log-space composition."""
+    offsets = torch.tensor([0, 1, 1, 40, 300, 300], device=device) if packed else None
+
+    def scan(t):
+        if packed:
+            return pp.segmented_scan(t, offsets, 1, "logaddexp", exclusive, reverse)
+        return pp.scan(t, 1, "logaddexp", exclusive, reverse)
+
+    torch.manual_seed(3 + 2 * exclusive + reverse)
+    x0 = 20 * torch.randn(4, 300, dtype=torch.float64)
+    x0[:, ::7] -= 300
+    w = torch.randn(4, 300, dtype=torch.float64)
+    for dtype in (torch.float32, torch.float64):
+        x = x0.to(device, dtype).requires_grad_()
+        y = scan(x)
+        with _LibraryOpLog() as log:
+            (g,) = torch.autograd.grad(y, x, w.to(device, dtype))
+        assert sum("_affine_scan_exclusive" in o for o in log.ops) == 1
+        assert not any(o in ("parprims.scan.default", "parprims.segmented_scan.default") for o in log.ops), log.ops
+        xr = x0.clone().requires_grad_()
+        yr = ref.segmented_scan(xr, offsets, 1, "logaddexp", exclusive, reverse)
+        (want,) = torch.autograd.grad(yr, xr, w)
+        assert_close(g, want, scale=magnitude(want), rtol=1e-5 if dtype == torch.float32 else 1e-12, what="grad")
+    x = torch.randn(3, 9, dtype=torch.float64, device=device, requires_grad=True)
+    offsets = torch.tensor([0, 1, 1, 4, 9, 9], device=device) if packed else None
+    if exclusive:  # (its first output is -inf)
+        assert torch.autograd.gradgradcheck(finite_mask_fn(scan, x), (x,))
+    else:
+        assert torch.autograd.gradgradcheck(scan, (x,))
+
+
 def test_mul_gradient_with_zeros(device):
     x = torch.tensor([2.0, 0.0, 3.0, 0.0, 5.0, -1.5], dtype=torch.float64, device=device, requires_grad=True)
     for ex, rv in itertools.product((False, True), repeat=2):

@@ -148,13 +148,44 @@ def scan_backward(grad, x, y, offsets, dim, op, exclusive, reverse):
         later, _ = _ops._affine_scan_exclusive(x, x * grad, dim, None, offsets, not reverse, False)
         return before * (grad + later)
     if op == "logaddexp":
-        # dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so every term stays in log space.
+        if not torch.is_grad_enabled():
+            return _logaddexp_backward(grad, x, y, offsets, dim, exclusive, reverse)
+        # A double backward (create_graph=True) differentiates this composition of the library's
+        # scans: dx_s = sum_t g_t exp(x_s - y_t), split by the sign of g so that every term
+        # stays in log space. (The affine scan of _logaddexp_backward has no derivative.)
         log_g = torch.log(grad.abs()) - y
         neg_inf = torch.full_like(log_g, float("-inf"))
         pos = rscan(torch.where(grad > 0, log_g, neg_inf), "logaddexp", exclusive)
         neg = rscan(torch.where(grad < 0, log_g, neg_inf), "logaddexp", exclusive)
         return torch.exp(x + pos) - torch.exp(x + neg)
     raise ValueError(f"op: unknown scan op {op!r}")
+
+
+def _logaddexp_backward(grad, x, y, offsets, dim, exclusive, reverse):
+    """logaddexp's gradient dx_s = sum over the outputs t from s on (after s, when exclusive) of
+    g_t exp(x_s - y_t), in one reverse affine scan whose gates lie in [0, 1].
+
+    With z the inclusive output (y, or logaddexp(y, x) when exclusive), p_s = exp(x_s - z_s) is
+    x_s's share of z_s and exp(z_{s-1} - z_s) = 1 - p_s the share of the steps before it, so the
+    sum is a recurrence against the scan order. Inclusive: dx_s = p_s (g_s + E_s), E the
+    exclusive reverse scan of the maps h -> (1 - p_t)(h + g_t); exclusive: dx_s = p_s E_s, E that
+    of h -> (1 - p_t) h + g_t. 1 - p comes as -expm1(x - y), or exp(y - z): exact where p is
+    close to 1. (The log-space composition, two logaddexp scans and a dozen elementwise passes,
+    took 1.2 ms at (12288, 2048) float32 on an H100.)
+    """
+    if x.dim() == 0:  # (a scalar scans as one step; the affine scan wants a dimension)
+        one = lambda t: t.reshape(1)
+        return _logaddexp_backward(one(grad), one(x), one(y), offsets, 0, exclusive, reverse).reshape(())
+
+    def later(gate, b):
+        return _ops._affine_scan_exclusive(gate, b, dim, None, offsets, not reverse, False)[0]
+
+    if exclusive:
+        z = torch.logaddexp(y, x)
+        return later(torch.exp(y - z), grad).mul_(torch.exp(x - z))
+    d = x - y
+    rest = torch.expm1(d).neg_()
+    return later(rest, rest * grad).add_(grad).mul_(d.exp_())
 
 
 def _setup(ctx, x, y, offsets, dim, op, exclusive, reverse):
