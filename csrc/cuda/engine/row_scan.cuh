@@ -46,8 +46,7 @@ struct RowScan {
   using Carry = typename CarryMonoid::value_type;
   static_assert(!(kPacked && kWarpRows), "packed rows take the row loop's blocks or the flat kernel");
   using Policy = std::conditional_t<kWarpRows, WarpRowPolicy<Value>,
-                                    RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>, P::kNeedsMoreRegisters,
-                                              kExpCombine<M>>>;
+                                    RowPolicy<Value, P::kInputBytes, kCostlyCombine<M>, P::kNeedsMoreRegisters, kExpCombine<M>>>;
   static constexpr int kThreads = Policy::kThreads;
   static constexpr int kItems = Policy::kItems;
   static constexpr int kTile = Policy::kTile;
