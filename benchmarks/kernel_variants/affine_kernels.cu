@@ -13,6 +13,10 @@
 //   ./affine_kernels row-fwd|row-grad|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]
 //
 // Shapes: rows (8, 2048, 4096) (16384 rows of 4096 steps); columns (8, 4096, 2048) along T.
+// Knobs of the row-loop modes, for measuring how the rows fall on the blocks: LEN=L cuts the same
+// elements into rows of L steps (a divisor of 2^26), ROWS=R runs the first R rows only (e.g. a
+// whole number of the resident blocks' rounds), and ONE_ROW_BLOCKS=1 (0) launches a block a row
+// (the resident blocks, walking rows in turn) whatever the tree's rule (RowScan::grid).
 #include <c10/util/BFloat16.h>
 #include <cuda_runtime.h>
 
@@ -195,16 +199,32 @@ AffineGradProblem<T, float, float> grad_problem(const Arrays<T>& x, int64_t rows
   return p;
 }
 
+// Whether a tree's RowScan picks its own grid (RowScan::grid; older trees launch the resident blocks).
+template <class K, class = void>
+struct HasGridRule : std::false_type {};
+template <class K>
+struct HasGridRule<K, std::void_t<decltype(K::grid(int64_t{0}, int64_t{0}, true))>> : std::true_type {};
+
 // The row loop over whole rows (the engine's launch for rows that fill the GPU).
 template <class P>
 float time_rows(const P& p, const ScanGeometry& g, int reps, int& per_sm) {
   using K = RowScan<P, false>;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_scan_kernel<P, false>, K::kThreads, 0));
   const int64_t resident = int64_t{per_sm} * sm_count();
-  const unsigned grid = static_cast<unsigned>(g.rows < resident ? g.rows : resident);
+  const char* knob = getenv("ONE_ROW_BLOCKS");
+  unsigned grid = static_cast<unsigned>(g.rows < resident ? g.rows : resident);
+  if constexpr (HasGridRule<K>::value) grid = K::grid(g.rows, resident, true);  // the engine's rule, in trees that have it
+  if (knob != nullptr) grid = static_cast<unsigned>(atoi(knob) == 1 || g.rows < resident ? g.rows : resident);
   SpanPlan plan;
   plan.length = g.len;
   return time_ms([&] { row_scan_kernel<P, false><<<grid, K::kThreads>>>(p, g, true, plan, false); }, reps);
+}
+
+// The rows the row-loop modes time: ROWS if set (at most all of them).
+int64_t timed_rows(int64_t rows) {
+  const char* env = getenv("ROWS");
+  const int64_t r = env == nullptr ? rows : atoll(env);
+  return r > 0 && r < rows ? r : rows;
 }
 
 // The monoid of the CUDA engine's logaddexp scans: the (max, rest) pairs where the source tree
@@ -233,13 +253,15 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
                                                        : ScanKind::kAdd;
   const bool scan = kind != ScanKind::kAdd || strcmp(mode, "row-sum") == 0;
   const bool backward = !scan && strcmp(mode, "row-fwd") != 0;
-  const int64_t outer = columns ? kBatch : kBatch * kChannels, inner = columns ? kChannels : 1;
-  const int64_t rows = kBatch * kChannels, len = kSteps, n = rows * len;
+  const int64_t n = kBatch * kChannels * kSteps;
+  const int64_t len = columns || getenv("LEN") == nullptr ? kSteps : atoll(getenv("LEN"));
+  const int64_t rows = columns ? kBatch * kChannels : n / len;
+  const int64_t outer = columns ? kBatch : rows, inner = columns ? kChannels : 1;
   Arrays<T> x(n, rows);
   x.make(log_gates, backward, rows, len, inner);
   const float copy_ms = time_ms([&] { cudaMemcpy(x.ga, x.b, n * sizeof(T), cudaMemcpyDeviceToDevice); }, 20);
   ScanGeometry g;
-  g.rows = rows;
+  g.rows = columns ? rows : timed_rows(rows);
   g.len = len;
   g.reverse = backward;  // the backward scans against the forward's direction
   int per_sm = 0;
@@ -285,10 +307,10 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
     ms = time_ms([&] { column_scan_kernel<P><<<grid, K::kThreads>>>(p, g, plan, false); }, reps);
     err = check_backward(x, len, inner, log_gates);
   }
-  const double bytes = (scan ? 2.0 : backward ? 5.0 : 3.0) * n * sizeof(T);
+  const double bytes = (scan ? 2.0 : backward ? 5.0 : 3.0) * g.rows * len * sizeof(T);
   const double copy_gbps = 2.0 * n * sizeof(T) / copy_ms / 1e6;
-  printf("%-8s %-4s log=%d blocks/SM=%-2d %.4f ms  %5.0f GB/s  %.3f of copy (%4.0f GB/s)  rel_err %.2e\n", mode, dtype,
-         int(log_gates), per_sm, ms, bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbps, copy_gbps, err);
+  printf("%-8s %-4s log=%d rows=%-5lld blocks/SM=%-2d %.4f ms  %5.0f GB/s  %.3f of copy (%4.0f GB/s)  rel_err %.2e\n", mode, dtype,
+         int(log_gates), static_cast<long long>(g.rows), per_sm, ms, bytes / ms / 1e6, bytes / ms / 1e6 / copy_gbps, copy_gbps, err);
 }
 
 }  // namespace
