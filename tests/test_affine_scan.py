@@ -152,6 +152,10 @@ def _samples():
             S((280, 1030), -1, dtype=torch.float64, init="state", exclusive=True),
             S((270, 600), -1, dtype=torch.complex64, init="state", reverse=True),
             S((300, 1500), -1, init="none", view="step"),
+            # More rows than any GPU runs blocks at once: a block a row for float32, resident
+            # blocks walking several rows for bfloat16 (kBlockPerRow in the CUDA policy).
+            S((4000, 600), -1, init="state", reverse=True),
+            S((4000, 520), -1, dtype=torch.bfloat16, init="state", exclusive=True),
             # Half inputs held as loaded until used (rows whose starts are 16-byte aligned or
             # not, a ragged last tile, log gates exponentiated at the use).
             S((300, 2100), -1, dtype=torch.float16, init="state", reverse=True, log_gates=True),
@@ -335,8 +339,10 @@ def test_gradient_through_final_state_only(reverse, packed, device):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.complex64))
 @pytest.mark.parametrize("log_gates", (False, True))
 @pytest.mark.parametrize("reverse", (False, True))
-@pytest.mark.parametrize("shape", ((2, 3, 45), (300, 2100)), ids=("small", "row_loop"))
+@pytest.mark.parametrize("shape", ((2, 3, 45), (300, 2100), (4000, 600)), ids=("small", "row_loop", "many_rows"))
 def test_affine_backward_matches_reference(dtype, log_gates, reverse, shape, device):
+    if shape == (4000, 600) and device == "cpu":
+        pytest.skip("more rows than a GPU runs blocks at once (the CUDA grid's rule); the CPU walks any count alike")
     s = AffineSample(shape, -1, "x1x"[-len(shape):], dtype, "state", None, reverse, log_gates)
     a, b, h0, _ = s.make(device)
     inputs = (a.requires_grad_(), b.requires_grad_(), h0.requires_grad_())

@@ -117,6 +117,10 @@ def _samples():
                                 ("mul", torch.float64, (False, True))):
         out.append(S((300, 2049), -1, op, dtype, exclusive=ex, reverse=rv))
     out.append(S((300, 1500), -1, "add", view="step", reverse=True))
+    # More rows than any GPU runs blocks at once: float32 rows take a block each, others a
+    # resident block walking several (kBlockPerRow in the CUDA policy).
+    out.append(S((4000, 600), -1, "add", exclusive=True, reverse=True))
+    out.append(S((4000, 1100), -1, "max", torch.bfloat16))
     # Short rows (a warp's tile up to the row loop's blocks' tile): on CUDA, one-warp blocks, each
     # walking several rows (more rows than run at once), aligned for wide loads or not.
     for shape, op, dtype, (ex, rv), view in (((4000, 256), "add", torch.float32, (False, False), "contiguous"),

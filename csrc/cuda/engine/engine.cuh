@@ -95,21 +95,20 @@ struct Engine {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
-  // The row-loop kernel: a block per row, walking rows in turn (as many blocks as run at once,
-  // or one per row); with fewer rows than kRowLoopRowsPerSM per SM, the rows are cut into spans.
+  // The row-loop kernel: blocks walking rows in turn (as many blocks as run at once, or one per
+  // row: RowScan::grid); with fewer rows than kRowLoopRowsPerSM per SM, the rows are cut into spans.
   template <class P, bool kPacked, bool kWarpRows = false>
   void launch_rows(const P& problem, const ScanGeometry& g, const SpanPlan& spans, int64_t resident) const {
     using K = RowScan<P, kPacked, kWarpRows>;
     const bool wide = !wide_access_disabled();
-    const auto grid = [&](int64_t units) { return static_cast<unsigned>(units < resident ? units : resident); };
     SpanPlan plan = spans;
     if (plan.count > 1) {
       plan.totals = allocate_span_totals<typename K::Carry>(plan, g.rows);
-      row_scan_kernel<P, kPacked, kWarpRows><<<grid(g.rows * (plan.count - 1)), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
+      row_scan_kernel<P, kPacked, kWarpRows><<<K::grid(g.rows * (plan.count - 1), resident, false), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       scan_span_totals<typename K::CarryMonoid>(plan, g.rows);
     }
-    row_scan_kernel<P, kPacked, kWarpRows><<<grid(g.rows * plan.count), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
+    row_scan_kernel<P, kPacked, kWarpRows><<<K::grid(g.rows * plan.count, resident, plan.count == 1), K::kThreads, 0, ctx.stream>>>(problem, g, wide, plan, false);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

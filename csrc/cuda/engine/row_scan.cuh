@@ -55,6 +55,12 @@ struct RowScan {
   // The packed instance holds more per thread (the sequence walk's state, a tile's bounds
   // loaded ahead): a quarter fewer blocks an SM, so that it does not spill.
   static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kPackedMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
+  // The grid for `units` units of work, `resident` blocks running at once: a block a unit for
+  // whole rows that take one (RowPolicy::kBlockPerRow), else at most the resident blocks.
+  static unsigned grid(int64_t units, int64_t resident, bool whole_rows) {
+    const bool block_per_unit = !kPacked && Policy::kBlockPerRow && whole_rows;
+    return static_cast<unsigned>(units < resident || block_per_unit ? units : resident);
+  }
   static_assert(32 % kItems == 0 && kTile % 32 == 0, "a thread's items take bits of one mask word");
 
   // Whether the kernel's counts fit: it counts rows, spans and tiles in 32 bits (far above any
