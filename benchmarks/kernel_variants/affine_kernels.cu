@@ -1,6 +1,6 @@
 // Stand-alone timing of the engine's affine-recurrence kernels, without the extension: the
-// row loop's forward and backward on time-contiguous rows, and the column kernel's backward
-// along the T of a (B, T, D) tensor; and, for comparison, the row loop's add, max and logaddexp
+// row loop's forward and backward on time-contiguous rows, and the column kernel's forward and
+// backward along the T of a (B, T, D) tensor; and, for comparison, the row loop's add, max and logaddexp
 // scans. It includes the engine's headers from the source tree given with -I (<tree>/csrc), so a variant of a kernel (a policy constant, a problem's load)
 // builds in about ten seconds instead of the extension's minutes; `variants.sh` beside it
 // builds and runs several trees at once. Each run checks its outputs on a few rows (the
@@ -10,13 +10,14 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
 //        -I"$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__))')/include" \
 //        -Icsrc benchmarks/kernel_variants/affine_kernels.cu -o affine_kernels
-//   ./affine_kernels row-fwd|row-grad|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]
+//   ./affine_kernels row-fwd|row-grad|col-fwd|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]
 //
 // Shapes: rows (8, 2048, 4096) (16384 rows of 4096 steps); columns (8, 4096, 2048) along T.
-// Knobs of the row-loop modes, for measuring how the rows fall on the blocks: LEN=L cuts the same
+// Knobs for measuring how the rows fall on the blocks: LEN=L cuts the same
 // elements into rows of L steps (a divisor of 2^26), ROWS=R runs the first R rows only (e.g. a
 // whole number of the resident blocks' rounds), and ONE_ROW_BLOCKS=1 (0) launches a block a row
-// (the resident blocks, walking rows in turn) whatever the tree's rule (RowScan::grid).
+// (the resident blocks, walking rows in turn) whatever the tree's rule (RowScan::grid); the
+// column modes take ONE_ROW_BLOCKS=1 as a block a group of 32 rows.
 #include <c10/util/BFloat16.h>
 #include <cuda_runtime.h>
 
@@ -227,6 +228,26 @@ int64_t timed_rows(int64_t rows) {
   return r > 0 && r < rows ? r : rows;
 }
 
+// The column kernel over whole rows (the engine's launch when the groups of 32 rows fill the GPU);
+// ONE_ROW_BLOCKS=1 launches a block a group of rows instead of the resident blocks.
+template <class P>
+float time_columns(const P& p, const ScanGeometry& g, int reps, int& per_sm) {
+  using K = ColumnScan<P>;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, column_scan_kernel<P>, K::kThreads, 0));
+  const int64_t resident = int64_t{per_sm} * sm_count();
+  ColumnPlan plan;
+  plan.groups = (g.rows + K::kColumns - 1) / K::kColumns;
+  plan.spans = plan_spans(plan.groups, g.len, K::kTileLength, resident);
+  if (plan.spans.count != 1) {
+    printf("the rows are cut into %lld spans: not handled here\n", static_cast<long long>(plan.spans.count));
+    exit(1);
+  }
+  const char* knob = getenv("ONE_ROW_BLOCKS");
+  const bool one_each = knob != nullptr && atoi(knob) == 1;
+  const unsigned grid = static_cast<unsigned>(plan.groups < resident || one_each ? plan.groups : resident);
+  return time_ms([&] { column_scan_kernel<P><<<grid, K::kThreads>>>(p, g, plan, false); }, reps);
+}
+
 // The monoid of the CUDA engine's logaddexp scans: the (max, rest) pairs where the source tree
 // has them (older trees, which the variants may be, scan LogAddExp).
 template <class T, class = void>
@@ -247,12 +268,12 @@ float time_scan(const Arrays<T>& x, const ScanGeometry& g, int64_t outer, int64_
 
 template <class T>
 void run(const char* mode, bool log_gates, int reps, const char* dtype) {
-  const bool columns = strcmp(mode, "col-grad") == 0;
+  const bool columns = strncmp(mode, "col-", 4) == 0;
   const ScanKind kind = strcmp(mode, "row-max") == 0   ? ScanKind::kMax
                         : strcmp(mode, "row-lse") == 0 ? ScanKind::kLogAddExp
                                                        : ScanKind::kAdd;
   const bool scan = kind != ScanKind::kAdd || strcmp(mode, "row-sum") == 0;
-  const bool backward = !scan && strcmp(mode, "row-fwd") != 0;
+  const bool backward = !scan && strcmp(mode, "row-fwd") != 0 && strcmp(mode, "col-fwd") != 0;
   const int64_t n = kBatch * kChannels * kSteps;
   const int64_t len = columns || getenv("LEN") == nullptr ? kSteps : atoll(getenv("LEN"));
   const int64_t rows = columns ? kBatch * kChannels : n / len;
@@ -281,30 +302,27 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
     p.rows = rows;
     p.log_gates = log_gates;
     p.a_rows = p.b_rows = p.h_rows = rows_of(outer, len, inner);
-    ms = time_rows(p, g, reps, per_sm);
+    ms = columns ? time_columns(p, g, reps, per_sm) : time_rows(p, g, reps, per_sm);
+    // The first kCheckedRows rows (columns: of the first batch, whose span is len * inner).
+    const int64_t span = columns ? len * inner : kCheckedRows * len;
     T* reference;
-    CK(cudaMalloc(&reference, kCheckedRows * len * sizeof(T)));
-    forward_simple<<<1, kCheckedRows>>>(x.a, x.b, reference, kCheckedRows, len, 1, log_gates);
-    err = relative_error(download<T>(x.h, kCheckedRows * len), download<T>(reference, kCheckedRows * len));
+    CK(cudaMalloc(&reference, span * sizeof(T)));
+    CK(cudaMemset(reference, 0, span * sizeof(T)));
+    forward_simple<<<1, kCheckedRows>>>(x.a, x.b, reference, kCheckedRows, len, inner, log_gates);
+    auto got = download<T>(x.h, span), want = download<T>(reference, span);
+    if (columns) {  // only the checked rows' elements: the first kCheckedRows of every step
+      decltype(got) g2, w2;
+      for (int64_t t = 0; t < len; ++t)
+        for (int64_t r = 0; r < kCheckedRows; ++r) g2.push_back(got[t * inner + r]), w2.push_back(want[t * inner + r]);
+      got.swap(g2), want.swap(w2);
+    }
+    err = relative_error(got, want);
     cudaFree(reference);
   } else if (!columns) {
     ms = time_rows(grad_problem(x, rows, len, outer, inner, log_gates), g, reps, per_sm);
     err = check_backward(x, len, inner, log_gates);
   } else {
-    using P = AffineGradProblem<T, float, float>;
-    using K = ColumnScan<P>;
-    const P p = grad_problem(x, rows, len, outer, inner, log_gates);
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, column_scan_kernel<P>, K::kThreads, 0));
-    const int64_t resident = int64_t{per_sm} * sm_count();
-    ColumnPlan plan;
-    plan.groups = (rows + K::kColumns - 1) / K::kColumns;
-    plan.spans = plan_spans(plan.groups, len, K::kTileLength, resident);
-    if (plan.spans.count != 1) {
-      printf("the rows are cut into %lld spans: not handled here\n", static_cast<long long>(plan.spans.count));
-      exit(1);
-    }
-    const unsigned grid = static_cast<unsigned>(plan.groups < resident ? plan.groups : resident);
-    ms = time_ms([&] { column_scan_kernel<P><<<grid, K::kThreads>>>(p, g, plan, false); }, reps);
+    ms = time_columns(grad_problem(x, rows, len, outer, inner, log_gates), g, reps, per_sm);
     err = check_backward(x, len, inner, log_gates);
   }
   const double bytes = (scan ? 2.0 : backward ? 5.0 : 3.0) * g.rows * len * sizeof(T);
@@ -317,7 +335,7 @@ void run(const char* mode, bool log_gates, int reps, const char* dtype) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    printf("usage: %s row-fwd|row-grad|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
+    printf("usage: %s row-fwd|row-grad|col-fwd|col-grad|row-sum|row-max|row-lse f32|bf16 log_gates(0|1) [reps]\n", argv[0]);
     return 2;
   }
   const bool bf16 = strcmp(argv[2], "bf16") == 0;
