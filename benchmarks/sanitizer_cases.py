@@ -58,6 +58,9 @@ def scans(dev):
     offsets = torch.tensor([0, 5, 5, 1000, 4096], device=dev)
     pp.segmented_scan(x, offsets, 0, "logaddexp")
     pp.affine_scan(torch.rand(4096, 64, device=dev), x, 0, cu_seqlens=offsets)
+    # bfloat16 through the column kernel: one pass, and spans over packed sequences.
+    pp.affine_scan(a.detach().bfloat16(), b.detach().bfloat16(), 1, torch.randn(2, 4500, device=dev), reverse=True)
+    pp.affine_scan(torch.rand(4096, 64, device=dev).bfloat16(), x.bfloat16(), 0, cu_seqlens=offsets)
     # Packed sequences along the contiguous dim: the row loop's packed instance, in spans (one
     # long row; bounds on tile edges, empty sequences, tiles of more sequences than threads)
     # and a block per row (300 rows).

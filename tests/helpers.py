@@ -144,7 +144,8 @@ def with_layout(t: torch.Tensor, view: str, dim: int) -> torch.Tensor:
 
     transpose: the same values with permuted strides; step: every other element along ``dim``
     of a buffer whose skipped elements are NaN (or a large integer), so that a misread shows;
-    expand: the first slice along another dimension broadcast with stride 0 (new values)."""
+    expand: the first slice along another dimension broadcast with stride 0 (new values);
+    shifted: contiguous, one element into a buffer (misaligned for wide accesses)."""
     if view == "contiguous" or t.dim() == 0:
         return t.contiguous()
     dim = dim % t.dim()
@@ -168,6 +169,11 @@ def with_layout(t: torch.Tensor, view: str, dim: int) -> torch.Tensor:
         if not others:
             return t.contiguous()
         return t.narrow(others[0], 0, 1).expand(t.shape)
+    if view == "shifted":
+        buf = torch.full((t.numel() + 1,), poison_value(t.dtype), dtype=t.dtype, device=t.device)
+        out = buf[1:].view(t.shape)
+        out.copy_(t)
+        return out
     raise ValueError(view)
 
 

@@ -176,6 +176,19 @@ def _samples():
             # Hundreds of spans per row: the carry kernel's threads each fold several.
             S((1, 16), 0, init="state", lengths="chunk_crossing_short", reverse=True),
             S((40000, 16), 0, init="state", exclusive=True)]
+    # Channels contiguous, 2-byte inputs, on the CUDA column kernel: one pass and spans (packed
+    # sequences along dim 0, whose span summaries walk from their last sequence start), even and
+    # odd channel counts, a strided time dim, a b one element into its buffer, broadcast gates.
+    out += [S((3, 700, 64), 1, dtype=torch.bfloat16, init="state", log_gates=True),
+            S((3, 700, 64), 1, dtype=torch.float16, init="input", reverse=True, exclusive=True),
+            S((2, 900, 34), 1, dtype=torch.bfloat16, init="state", view="step", reverse=True),
+            S((1, 40), 0, dtype=torch.bfloat16, init="state", lengths="huge_and_tiny", log_gates=True),
+            S((1, 64), 0, dtype=torch.float16, init="state", lengths="chunk_crossing_short", reverse=True,
+              exclusive=True),
+            S((2, 700, 33), 1, dtype=torch.bfloat16, init="state"),
+            S((2, 700, 64), 1, dtype=torch.bfloat16, init="state", view="shifted"),
+            S((2, 700, 64), 1, "11x", dtype=torch.bfloat16, init="state", exclusive=True),
+            S((2, 700, 64), 1, "1x1", dtype=torch.float16, init="state", reverse=True)]
     # Packed sequences along the contiguous dim: on CUDA, the row loop's packed instance (one
     # long row in spans; 300 rows, a block each), initial and final states per sequence.
     out += [S((1,), 0, init="state", lengths="tile_edges", reverse=True),
