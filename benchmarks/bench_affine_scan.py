@@ -10,6 +10,9 @@ Rows (GPU sizes; ``--device cpu`` divides the channels by 2^6, ``--quick`` shrin
 * packed: 8 sequences (5269, 762, 1791, 858, 2279, 1696, 7996, 12117 = 32768 tokens) x 2048
   channels, (32768, 2048) along dim 0 with offsets, float32 / bfloat16 forward; float32
   forward+backward.
+* packed, many short sequences (no TARGETS row): 2000 sequences of 1 to 999 tokens (drawn with
+  seed 3, 1004404 tokens) x 256 channels along dim 0, float32 / bfloat16 forward: rows cut into
+  spans that most sequences start inside, whose first pass walks each span from its last start.
 
 Baselines: accelerated-scan and flash-linear-attention are not installed on the GPU machine;
 ("triton accel-scan", "triton fla-recurrent", "triton transposed" below)
@@ -38,6 +41,8 @@ import triton_baselines as tb  # noqa: E402
 import torch_parprims as pp  # noqa: E402
 
 PACKED_LENGTHS = [5269, 762, 1791, 858, 2279, 1696, 7996, 12117]
+# The many-sequences row's lengths: 2000 drawn from 1..999 (1004404 tokens).
+MANY_LENGTHS = torch.randint(1, 1000, (2000,), generator=torch.Generator().manual_seed(3)).tolist()
 
 
 def sizes(h):
@@ -292,7 +297,7 @@ class Affine:
                        out_bytes=numel * esize, notes=[f"ideal bytes: {arrays} arrays; no transpose copy"],
                        **self.target("dcontig", dtype, mode))
 
-    def packed(self, lengths, D, dtype, fwd_bwd=False):
+    def packed(self, lengths, D, dtype, fwd_bwd=False, row="packed"):
         h = self.h
         N = sum(lengths)
         shape = (N, D)
@@ -324,7 +329,7 @@ class Affine:
         return h.bench("affine_scan", f"packed {S} seqs {mode}", shape, dtype, numel * arrays * esize + (S + 1) * 4,
                        make, ours=ours, baselines=base, check=self.checker(Layout("packed", offsets_list), fwd_bwd),
                        out_bytes=numel * esize, notes=[f"lengths {lengths}; offsets int32; ideal bytes: {arrays} arrays"],
-                       **self.target("packed", dtype, mode))
+                       **self.target(row, dtype, mode))
 
 
 def _capture(run):
@@ -359,6 +364,9 @@ def main(argv=None):
         b.dcontig(dcont, dt)
     for dt in (f32, bf16):
         b.packed(lengths, channels, dt)
+    many, many_channels = (MANY_LENGTHS, channels // 8) if not h.quick else (MANY_LENGTHS[:200], channels)
+    for dt in (f32, bf16):
+        b.packed(many, many_channels, dt, row="packed-many")
     b.dcontig(dcont, f32, fwd_bwd=True)
     b.packed(lengths, channels, f32, fwd_bwd=True)
     h.finish()
