@@ -52,6 +52,8 @@ struct RowScan {
   static constexpr int kTile = Policy::kTile;
   static constexpr int kMinRowLength = Policy::kMinRowLength;
   using Scan = BlockScan<CarryMonoid, kThreads>;
+  // The packed walk's tiles that hold no sequence start or end scan plain values (PlainTileScan).
+  using PlainTileScan = BlockScan<M, kThreads>;
   // The packed instance holds more per thread (the sequence walk's state, a tile's bounds
   // loaded ahead): a quarter fewer blocks an SM, so that it does not spill.
   static constexpr int kMinBlocksPerSM = kPacked ? (Policy::kPackedMinBlocksPerSM * 3 + 3) / 4 : Policy::kMinBlocksPerSM;
@@ -72,18 +74,21 @@ struct RowScan {
   // The packed sequences of one tile (kPacked): bit masks of the positions that start and end
   // a sequence (sequences without positions are skipped, as everywhere in the engine), the
   // sequence at each marked position (counted from `first`, the one holding the tile's first
-  // position), and the sequence holding the next tile's first position.
+  // position), the sequence holding the next tile's first position, and whether any position
+  // is marked (a tile inside one sequence is scanned as a dense tile's).
   struct TileSegments {
     uint32_t heads[kTile / 32];
     uint32_t lasts[kTile / 32];
     uint32_t segment[kTile];
     int64_t next_first;
+    unsigned marked;  // (set by atomics: several threads may mark the same tile)
   };
 
   // run_packed's (run_dense's is its scan storage alone).
   struct SharedStorage {
     // Two of each, used alternately: a tile's are written while slower threads may still read
     // the previous tile's, and one barrier per tile then suffices.
+    // (A tile inside one sequence uses the same storage for its plain scan: plain_storage.)
     typename Scan::Storage scan[2];
     TileSegments segments[2];
     int64_t unit_first;  // the sequence holding a unit's first position
@@ -211,6 +216,7 @@ struct RowScan {
       ts.heads[i] = 0;
       ts.lasts[i] = 0;
     }
+    if (threadIdx.x == 0) ts.marked = 0;
   }
 
   // Marks the starts and ends of the sequences in the tile at logical position `begin`, from
@@ -232,10 +238,12 @@ struct RowScan {
         if (lo < hi && lo >= begin && lo < end) {  // (sequences without positions are not marked)
           atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));
           ts.segment[lo - begin] = relative;
+          atomicOr(&ts.marked, 1u);
         }
         if (lo < hi && hi > begin && hi <= end) {
           atomicOr(&ts.lasts[(hi - 1 - begin) / 32], 1u << ((hi - 1 - begin) % 32));
           ts.segment[hi - 1 - begin] = relative;  // the same sequence as a start there, if any
+          atomicOr(&ts.marked, 1u);
         }
         if (lo <= end && end < hi) ts.next_first = k;
         // The next sequence starts at hi: another round if it starts inside or at the tile's end.
@@ -307,6 +315,34 @@ struct RowScan {
       values[k] = g.exclusive ? exclusive : running;
     }
     return Seg::combine(carry, tile_total);
+  }
+
+  // The block scan storage of a tile's lifted pairs, used for its plain values.
+  static __device__ __forceinline__ typename PlainTileScan::Storage& plain_storage(typename Scan::Storage& lifted) {
+    using Plain = typename PlainTileScan::Storage;
+    static_assert(sizeof(Plain) <= sizeof(typename Scan::Storage) && alignof(Plain) <= alignof(typename Scan::Storage),
+                  "plain values fit where their lifted pairs do");
+    return *reinterpret_cast<Plain*>(&lifted);
+  }
+
+  // A tile of a packed row that holds no sequence start or end (ts.marked is 0): the dense
+  // tile's scan of plain values, without the lifted pairs' head bits and wider block scan; the
+  // carry's flag (whether a sequence started in what it covers) passes through unchanged.
+  static __device__ __forceinline__ Carry scan_plain_tile(typename PlainTileScan::Storage& storage,
+                                                          const ScanGeometry& g, Carry carry,
+                                                          Value (&values)[kItems]) {
+    Value thread_total = values[0];
+#pragma unroll
+    for (int k = 1; k < kItems; ++k) thread_total = M::combine(thread_total, values[k]);
+    Value tile_total;
+    Value running = M::combine(carry.value, PlainTileScan::exclusive(storage, thread_total, tile_total));
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const Value exclusive = running;
+      running = M::combine(running, values[k]);
+      values[k] = g.exclusive ? exclusive : running;
+    }
+    return Seg::combine(carry, Lifted{tile_total, false});
   }
 
   // A block's units of work are spans of rows, numbered span * rows + row (a row not cut into
@@ -404,7 +440,11 @@ struct RowScan {
       apply_heads(ts, first, problem, g, at.row, current);
       round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
       if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
-      carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
+      if (ts.marked) {
+        carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
+      } else {
+        carry = scan_plain_tile(plain_storage(smem.scan[parity]), g, carry, current);
+      }
       first = next_first;
       if (!summary) store(problem, g, cursor, pos, wide, current);
       if (next_unit != unit) {
