@@ -352,11 +352,16 @@ def test_gradient_through_final_state_only(reverse, packed, device):
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.complex64))
 @pytest.mark.parametrize("log_gates", (False, True))
 @pytest.mark.parametrize("reverse", (False, True))
-@pytest.mark.parametrize("shape", ((2, 3, 45), (300, 2100), (4000, 600)), ids=("small", "row_loop", "many_rows"))
+@pytest.mark.parametrize("shape", ((2, 3, 45), (300, 2100), (4000, 600), (3, 700, 64)),
+                         ids=("small", "row_loop", "many_rows", "columns"))
 def test_affine_backward_matches_reference(dtype, log_gates, reverse, shape, device):
     if shape == (4000, 600) and device == "cpu":
         pytest.skip("more rows than a GPU runs blocks at once (the CUDA grid's rule); the CPU walks any count alike")
-    s = AffineSample(shape, -1, "x1x"[-len(shape):], dtype, "state", None, reverse, log_gates)
+    # "columns": time along dim 1 with the channels contiguous, the CUDA column kernel's backward
+    # (2-byte inputs held as loaded there, the last step without a next gate).
+    columns = shape == (3, 700, 64)
+    s = AffineSample(shape, 1 if columns else -1, None if columns else "x1x"[-len(shape):], dtype, "state", None,
+                     reverse, log_gates)
     a, b, h0, _ = s.make(device)
     inputs = (a.requires_grad_(), b.requires_grad_(), h0.requires_grad_())
     h, f = s.run(*inputs, None)
