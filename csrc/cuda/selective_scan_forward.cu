@@ -2,7 +2,6 @@
 // launch shapes of both directions.
 #include <cstdint>
 #include <cstdlib>
-
 #include <string>
 
 #include "selective_scan/dispatch.cuh"
