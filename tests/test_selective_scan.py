@@ -179,6 +179,14 @@ def _samples():
     out.append(S(lengths=(512, 0, 0, 300, 212, 1024, 0, 511, 1, 1536, 0), bc="var", D=True, z=True,
                  delta_bias=True, softplus=True, init=True))
     out.append(S(2, 3, 4096, 4, "const", D=True, delta_bias=True, softplus=True, init=True))
+    # The CUDA forward may cut packed rows at sequence starts (8 segments at L = 4096; run with
+    # PARPRIMS_TIME_SEGMENT_CUTS=starts to force it): 960 twice (two cuts at one start: an empty
+    # segment), 2048 (a start on a cut: its summary walks nothing), 1536, 2560 and 3072 (a
+    # sequence across whole segments: cuts inside it), 4096 (a start 10 steps before the end: an
+    # empty last segment), empty sequences at a cut and at the end. The Mamba instance (N = 16) too.
+    for dim, n in ((4, 4), (20, 16)):
+        out.append(S(lengths=(900, 0, 1148, 2038, 10, 0), bc="var", D=True, z=True, delta_bias=True, softplus=True,
+                     init=True, dim=dim, N=n))
     # Empty rows keep the initial state (variable B/C: see test_empty_rows_backward_variable_B).
     out.append(S(1, 2, 0, 4, "const", D=True, z=True, init=True))
     # State sizes.
@@ -681,6 +689,8 @@ MANY_BLOCK_SAMPLES = [
     SSSample(1, 1024, 4096, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(lengths=(700, 0, 1500, 3, 2300), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
              dim=512, N=16),
+    SSSample(lengths=(900, 0, 1148, 2038, 10, 0), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
+             dim=512, N=16, dtype=torch.bfloat16),
 ]
 
 

@@ -2,9 +2,11 @@
 // launch shapes of both directions.
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "selective_scan/dispatch.cuh"
 #include "selective_scan/forward.cuh"
+#include "selective_scan/time_segments.cuh"
 
 namespace parprims::cuda {
 
@@ -48,6 +50,29 @@ int64_t time_segments_asked() {
     return env != nullptr ? std::atoll(env) : int64_t{0};
   }();
   return asked;
+}
+
+// PARPRIMS_TIME_SEGMENT_CUTS=uniform or =starts takes those cuts in the forward's packed rows,
+// whatever the plan's costs (1, 2; 0 unset: the plan's choice).
+int segment_cuts_asked() {
+  static const int rule = [] {
+    const char* env = std::getenv("PARPRIMS_TIME_SEGMENT_CUTS");
+    const std::string asked = env != nullptr ? env : "";
+    return asked == "uniform" ? 1 : asked == "starts" ? 2 : 0;
+  }();
+  return rule;
+}
+
+// The plan of a packed row cut into time segments (time_segments.cuh), on the device, in the
+// call's workspace; an empty plan (uniform cuts) for other rows.
+SegmentPlan plan_time_segments(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  if (s.segments < 2 || p.offsets == nullptr || s.segments > kMaxPlannedSegments) return {};
+  auto* bounds = static_cast<int64_t*>(ctx.workspace->allocate(static_cast<size_t>(s.segments + 1) * sizeof(int64_t)));
+  auto* tasks = static_cast<int64_t*>(ctx.workspace->allocate(static_cast<size_t>(s.blocks) * sizeof(int64_t)));
+  plan_time_segments_kernel<Policy::kForwardChunk>
+      <<<1, 128, 0, ctx.stream>>>(p, s, segment_cuts_asked(), ctx.sm_count, bounds, tasks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {bounds, tasks};
 }
 
 }  // namespace
@@ -120,13 +145,14 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = forward_smem_bytes<In, Acc>(p, shape);
+    const SegmentPlan plan = plan_time_segments(ctx, p, shape);
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/false,
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, pick_forward_kernel<In, Acc, true>(p, s), smem, s.blocks, p, s);
+          launch_blocks(ctx, pick_forward_kernel<In, Acc, true>(p, s), smem, s.blocks, p, s, plan);
         },
         [&](const SelectiveScanShape& s) {
-          launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s);
+          launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s, plan);
         });
   });
 }

@@ -26,6 +26,7 @@
 
 #include "channel_reduction.cuh"
 #include "common.cuh"
+#include "time_segments.cuh"
 
 namespace parprims::cuda {
 
@@ -76,7 +77,7 @@ struct ForwardChunk {
 // instance only; else 1.
 template <class In, class Acc, bool kVariableBC, bool kSummary, int kThreadsPerChannel = 0, int kStepsPerItem = 1>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPerSM)
-    selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s) {
+    selective_scan_forward_kernel(const SelectiveScanParams p, const SelectiveScanShape s, const SegmentPlan plan) {
   constexpr int S = Policy::kForwardStatesPerThread;  // states per thread
   using Chunk = ForwardChunk<In, Acc>;
   constexpr int K = Chunk::K, kSub = Chunk::kSub, kPitch = Chunk::kPitch, R = Policy::kPrefetchRounds;
@@ -139,7 +140,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   Raw next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
-    const ThreadPlace me(p, s, block, /*pair_channels=*/true);
+    const ThreadPlace me = place_of_block(p, s, plan, block, kSummary);
+    // An empty segment of a planned row (two cuts at one sequence start, segment_bound) has no
+    // step to walk and no sequence end to store; its summary walks no step and gives the identity.
+    if (!kSummary && me.t_begin == me.t_end) continue;
     // The lanes of a channel's threads, at compile time in the fixed instance.
     const LaneLayout lanes = kFixed ? LaneLayout{kThreadsPerChannel, kPairedFixed} : me.lanes;
     // The thread's row of y: its channel's sums (kYSummed), or its own parts.
@@ -174,8 +178,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
         Cc[j] = (has_state[j] && !variable_C) ? static_cast<const Acc*>(p.C.data)[p.C.offset(0, 0, me.d, n, 0)] : Acc(0);
       }
       // The steps walked: the segment; for the summary of a segment with packed sequences, from
-      // the chunk of the last sequence start inside it (earlier steps do not reach its end state).
-      const int64_t t_begin = kSummary ? forward_summary_begin(p, me, K) : me.t_begin, t_end = me.t_end;
+      // the chunk of the last sequence start inside it (earlier steps do not reach its end state),
+      // or none (planned_summary_begin).
+      const int64_t t_begin = kSummary ? planned_summary_begin(p, me.t_begin, me.t_end, K) : me.t_begin;
+      const int64_t t_end = me.t_end;
       // The sequence of the first step walked (the first sequence at t = 0: empty ones there are
       // ended below like any other).
       int64_t seq = p.offsets ? (t_begin == 0 ? 0 : sequence_of(p, t_begin)) : me.b;

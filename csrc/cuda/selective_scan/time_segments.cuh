@@ -1,0 +1,165 @@
+// The forward's time segments over packed sequences planned on the device: a row's cuts moved to
+// sequence starts when that is cheaper than uniform cuts, and the full pass's blocks ordered by
+// segment length (launch.h's SelectiveScanShape says what time segments are; the backward keeps
+// uniform cuts).
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace parprims::cuda {
+
+// Which cuts a planned row takes.
+enum class SegmentCuts { kUniform, kAtSequenceStarts };
+
+// A forward launch's plan of a packed row (all nullptr: uniform cuts, blocks in launch order).
+struct SegmentPlan {
+  const int64_t* bounds = nullptr;         // (segments + 1) bounds of the segments
+  const int64_t* task_of_block = nullptr;  // the full pass's (segment, channel block) task of each block
+};
+
+// Packed sequences: the first sequence k whose start is at or after step t (num_seqs if none),
+// by binary search.
+__device__ __forceinline__ int64_t first_sequence_from(const SelectiveScanParams& p, int64_t t) {
+  int64_t lo = 0, hi = p.num_seqs;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (p.seq_offset(mid) < t) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// Where the forward's summary of the segment [t_begin, t_end) starts its walk: as
+// forward_summary_begin (common.cuh), and at t_end (no walk) when a sequence starts right at
+// t_end (the segment after it starts afresh and reads no carry) or t_end ends the row (the
+// segment after it is empty: segment_bound).
+__device__ __forceinline__ int64_t planned_summary_begin(const SelectiveScanParams& p, int64_t t_begin,
+                                                         int64_t t_end, int K) {
+  if (!p.offsets) return t_begin;
+  if (t_end == p.len || p.seq_offset(sequence_of(p, t_end)) == t_end) return t_end;
+  const int64_t last_start = p.seq_offset(sequence_of(p, t_end - 1));
+  return last_start > t_begin ? last_start / K * K : t_begin;
+}
+
+// Bound i of a row's time segments under `cuts`: 0 for the first, len past the last. Uniform:
+// i * segment_len. At sequence starts (the forward over packed sequences): the first sequence
+// start from segment_len / 2 before that place, if it comes before the place after it, moved up
+// to a multiple of kSegmentAlign, so that the segment before the cut ends a few steps into the
+// new sequence and its summary walks only those (a uniform cut inside a sequence makes the
+// summary walk the sequence's whole part of the segment). A sequence that covers the whole
+// window keeps the uniform cut. Two cuts at one start leave an empty segment between them (its
+// summary walks nothing: the identity; the full pass skips it), and a cut moved up to len an
+// empty last one.
+__device__ __forceinline__ int64_t segment_bound(const SelectiveScanParams& p, const SelectiveScanShape& s,
+                                                 int64_t i, SegmentCuts cuts) {
+  if (i <= 0) return 0;
+  const int64_t uniform = i * s.segment_len;
+  if (i >= s.segments || uniform >= p.len) return p.len;
+  if (cuts == SegmentCuts::kUniform) return uniform;
+  const int64_t k = first_sequence_from(p, uniform - s.segment_len / 2);
+  const int64_t start = k < p.num_seqs ? p.seq_offset(k) : p.len;
+  if (start >= uniform + s.segment_len || start >= p.len) return uniform;
+  const int64_t up = (start + kSegmentAlign - 1) / kSegmentAlign * kSegmentAlign;
+  return up < p.len ? up : p.len;
+}
+
+// What the forward's summary step costs against a full step, for the plan below: the summary,
+// which stages no y, walked its 1536 steps of the benchmark's packed row (uniform cuts) in 0.67
+// of the time a full step takes in the dense batch (torch.profiler's pass times, H100).
+constexpr float kSummaryStepCost = 0.67f;
+
+// About this many blocks an SM fill its issue slots and special-function unit: a full pass of
+// more blocks an SM runs each of them slower (the forward's 528 blocks of 1490 steps take as long
+// as the dense batch's 384 blocks of 2048, on 132 SMs).
+constexpr int kBlocksAtFullPace = 3;
+
+// The most segments a row planned on the device may have (the plan's shared memory; rows with
+// more are cut uniformly: plan_time_segments, selective_scan_forward.cu).
+constexpr int kMaxPlannedSegments = 1024;
+
+// The plan of a packed row's segments in the forward, in one block: the uniform cuts and the
+// cuts at sequence starts, each costed in steps as its full pass, the longer of its longest
+// segment and the row's steps spread over kBlocksAtFullPace blocks an SM, plus its summary pass,
+// its longest summary walk at kSummaryStepCost (the summary's blocks run in one wave, and it
+// lasts as long as its longest walk), and the cheaper (or the one `rule` asks for: 1 uniform, 2
+// at starts) written to bounds[0..segments]. Cuts at starts spare the summaries their walks;
+// uniform cuts keep the segments equal. Segments of unequal lengths load the SMs unequally, and
+// a full pass runs at the pace of its most loaded SM: `task_of_block` orders the full pass's
+// blocks (the tasks of ThreadPlace, segment-major) so that the blocks given out to the SMs
+// first, one an SM in launch order, hold the longest segments, and the next ones, in reverse,
+// the shortest of the rest ("snake" order over `sm_count` SMs; identity for uniform cuts).
+// kChunk: the forward's steps a chunk (a summary walks whole chunks).
+template <int kChunk>
+__global__ void plan_time_segments_kernel(const SelectiveScanParams p, const SelectiveScanShape s, int rule, int sm_count,
+                                          int64_t* bounds, int64_t* task_of_block) {
+  __shared__ int64_t cut[2][kMaxPlannedSegments + 1];  // the bounds of each rule
+  __shared__ int64_t by_length[kMaxPlannedSegments];   // the segments at starts, longest first
+  __shared__ unsigned long long longest[2], longest_walk[2];
+  __shared__ int chosen;
+  const SegmentCuts rules[2] = {SegmentCuts::kUniform, SegmentCuts::kAtSequenceStarts};
+  if (threadIdx.x < 2) longest[threadIdx.x] = longest_walk[threadIdx.x] = 0;
+  for (int64_t i = threadIdx.x; i <= s.segments; i += blockDim.x) {
+    cut[0][i] = segment_bound(p, s, i, rules[0]);
+    cut[1][i] = segment_bound(p, s, i, rules[1]);
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < s.segments; i += blockDim.x) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t begin = cut[r][i], end = cut[r][i + 1];
+      atomicMax(&longest[r], static_cast<unsigned long long>(end - begin));
+      if (i + 1 == s.segments) continue;  // the summary skips the segment walked last
+      const int64_t walk = end - planned_summary_begin(p, begin, end, kChunk);
+      atomicMax(&longest_walk[r], static_cast<unsigned long long>(walk));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const float spread = static_cast<float>(p.len) * s.channel_blocks / (kBlocksAtFullPace * sm_count);
+    auto cost = [&](int r) { return fmaxf(longest[r], spread) + kSummaryStepCost * longest_walk[r]; };
+    chosen = rule == 1 ? 0 : rule == 2 ? 1 : cost(1) < cost(0) ? 1 : 0;
+  }
+  __syncthreads();
+  const int64_t* const at = cut[chosen];
+  for (int64_t i = threadIdx.x; i <= s.segments; i += blockDim.x) bounds[i] = at[i];
+  // The order: each segment's rank by length (ties by position), then the snake over the SMs.
+  for (int64_t i = threadIdx.x; chosen == 1 && i < s.segments; i += blockDim.x) {
+    const int64_t mine = at[i + 1] - at[i];
+    int64_t rank = 0;
+    for (int64_t j = 0; j < s.segments; ++j) {
+      const int64_t other = at[j + 1] - at[j];
+      rank += other > mine || (other == mine && j < i);
+    }
+    by_length[rank] = i;
+  }
+  __syncthreads();
+  const int64_t blocks = s.segments * s.channel_blocks;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    if (chosen == 0) {
+      task_of_block[b] = b;
+      continue;
+    }
+    const int64_t tier = b / sm_count, first = tier * sm_count;
+    const int64_t in_tier = blocks - first < sm_count ? blocks - first : sm_count;
+    const int64_t item = tier % 2 == 0 ? b : first + in_tier - 1 - (b - first);  // in the order longest first
+    task_of_block[b] = by_length[item / s.channel_blocks] * s.channel_blocks + item % s.channel_blocks;
+  }
+}
+
+// The forward's place of a launched block: in a planned row, the full pass takes its
+// (segment, channel block) tasks in the plan's order (the summary in launch order from
+// s.first_block, which is 0 in the full pass), and the segments' planned bounds.
+__device__ __forceinline__ ThreadPlace place_of_block(const SelectiveScanParams& p, const SelectiveScanShape& s,
+                                                      const SegmentPlan& plan, int64_t launched_block,
+                                                      bool summary) {
+  const bool ordered = !summary && plan.task_of_block != nullptr;
+  ThreadPlace me(p, s, ordered ? plan.task_of_block[launched_block] : launched_block, /*pair_channels=*/true);
+  if (plan.bounds != nullptr) {
+    me.t_begin = plan.bounds[me.segment];
+    me.t_end = plan.bounds[me.segment + 1];
+  }
+  return me;
+}
+
+}  // namespace parprims::cuda
