@@ -14,19 +14,16 @@
 //
 // Rows cut by packed sequences (`kPacked`: run_packed; other rows take run_dense) take the same
 // walk. Before scanning a tile, the block marks the tile's sequence starts and ends in shared bit
-// masks: thread i reads the bounds of the tile's i-th sequence (one coalesced round of offsets for
-// up to kThreads sequences a tile), starting from the sequence that holds the tile's first
-// position, which the previous tile's marking found (a warp's search at the start of a row or
-// span). Each thread then takes its items' bits with one shared load; the block scan runs on lifted
-// values (a start inside a thread's run resets its sum), and the carry between tiles and spans
-// remembers whether a sequence started (spans.cuh scans the span totals with the same lift). No
-// thread searches the offsets and no position is tested against them one by one.
+// masks (packed_tiles.cuh); the block scan runs on lifted values (a start inside a thread's run
+// resets its sum), and the carry between tiles and spans remembers whether a sequence started
+// (spans.cuh scans the span totals with the same lift).
 #pragma once
 
 #include <type_traits>
 
 #include "block.cuh"
 #include "held_run.cuh"
+#include "packed_tiles.cuh"
 #include "policy.cuh"
 #include "segment_search.cuh"
 #include "spans.cuh"
@@ -63,7 +60,6 @@ struct RowScan {
     const bool block_per_unit = !kPacked && Policy::kBlockPerRow && whole_rows;
     return static_cast<unsigned>(units < resident || block_per_unit ? units : resident);
   }
-  static_assert(32 % kItems == 0 && kTile % 32 == 0, "a thread's items take bits of one mask word");
 
   // Whether the kernel's counts fit: it counts rows, spans and tiles in 32 bits (far above any
   // tensor that fits), and a tile's sequences relative to its first in 32 bits.
@@ -71,18 +67,10 @@ struct RowScan {
     return g.rows * ((g.len + kTile - 1) / kTile) < (int64_t{1} << 30) && g.num_segments() < (int64_t{1} << 31);
   }
 
-  // The packed sequences of one tile (kPacked): bit masks of the positions that start and end
-  // a sequence (sequences without positions are skipped, as everywhere in the engine), the
-  // sequence at each marked position (counted from `first`, the one holding the tile's first
-  // position), the sequence holding the next tile's first position, and whether any position
-  // is marked (a tile inside one sequence is scanned as a dense tile's).
-  struct TileSegments {
-    uint32_t heads[kTile / 32];
-    uint32_t lasts[kTile / 32];
-    uint32_t segment[kTile];
-    int64_t next_first;
-    unsigned marked;  // (set by atomics: several threads may mark the same tile)
-  };
+  // The marking of a packed tile's sequence starts and ends (packed_tiles.cuh).
+  using Tiles = PackedTiles<kThreads, kItems>;
+  using TileSegments = typename Tiles::TileSegments;
+  using RawBounds = typename Tiles::RawBounds;
 
   // run_packed's (run_dense's is its scan storage alone).
   struct SharedStorage {
@@ -198,86 +186,16 @@ struct RowScan {
 
   // ---- packed sequences (kPacked) ----
 
-  // The bounds of sequence `k` as read from the offsets, not yet clamped (clamp_bounds). A
-  // tile's first round of bounds is loaded a tile ahead, so that the loads' latency hides
-  // behind the current tile's scan.
-  struct RawBounds {
-    int64_t lo = 0, hi = 0;
-  };
-  static __device__ __forceinline__ RawBounds load_bounds(const ScanGeometry& g, int64_t k) {
-    if (k >= g.num_segments()) return {};
-    return {g.segment_start(k), g.segment_start(k + 1)};
-  }
-
-  // Zeroes the bit masks of `ts` (before its tile is marked; a barrier must separate this from
-  // the marking).
-  static __device__ __forceinline__ void clear_marks(TileSegments& ts) {
-    for (int i = threadIdx.x; i < kTile / 32; i += kThreads) {
-      ts.heads[i] = 0;
-      ts.lasts[i] = 0;
-    }
-    if (threadIdx.x == 0) ts.marked = 0;
-  }
-
-  // Marks the starts and ends of the sequences in the tile at logical position `begin`, from
-  // `first`, the sequence holding `begin`: thread i takes sequence first + i (its bounds in
-  // `round0`, loaded ahead), then first + kThreads + i, ... while sequences still start inside
-  // the tile, and records the one holding the next tile's first position. The masks must be
-  // clear. Ends with a barrier.
-  static __device__ __forceinline__ void mark_segments(TileSegments& ts, const ScanGeometry& g, int64_t first,
-                                                       int64_t begin, const RawBounds& round0) {
-    const int64_t end = begin + kTile < g.len ? begin + kTile : g.len;
-    const int64_t last_segment = g.num_segments() - 1;
-    for (int64_t k = first + threadIdx.x;; k += kThreads) {
-      bool more = false;
-      if (k <= last_segment) {
-        int64_t lo, hi;
-        const RawBounds raw = k - first < kThreads ? round0 : load_bounds(g, k);
-        clamp_bounds(g, raw.lo, raw.hi, lo, hi);
-        const uint32_t relative = static_cast<uint32_t>(k - first);
-        if (lo < hi && lo >= begin && lo < end) {  // (sequences without positions are not marked)
-          atomicOr(&ts.heads[(lo - begin) / 32], 1u << ((lo - begin) % 32));
-          ts.segment[lo - begin] = relative;
-          atomicOr(&ts.marked, 1u);
-        }
-        if (lo < hi && hi > begin && hi <= end) {
-          atomicOr(&ts.lasts[(hi - 1 - begin) / 32], 1u << ((hi - 1 - begin) % 32));
-          ts.segment[hi - 1 - begin] = relative;  // the same sequence as a start there, if any
-          atomicOr(&ts.marked, 1u);
-        }
-        if (lo <= end && end < hi) ts.next_first = k;
-        // The next sequence starts at hi: another round if it starts inside or at the tile's end.
-        more = threadIdx.x == kThreads - 1 && k < last_segment && hi <= end;
-      }
-      if (!__syncthreads_or(more)) break;
-    }
-  }
-
-  // The bits of this thread's items in a tile's mask.
-  static __device__ __forceinline__ uint32_t item_bits(const uint32_t* mask, int at) {
-    constexpr uint32_t kBits = kItems == 32 ? ~0u : (1u << kItems) - 1;
-    return (mask[at / 32] >> (at % 32)) & kBits;
-  }
-
-  // The physical sequence of this thread's item k in a marked tile (items at a start or an end
-  // only); clamped, so that invalid offsets stay in bounds.
-  static __device__ __forceinline__ int64_t item_segment(const TileSegments& ts, int64_t first, const ScanGeometry& g,
-                                                         int k) {
-    const int64_t last_segment = g.num_segments() - 1;
-    const int64_t logical = first + ts.segment[threadIdx.x * kItems + k];
-    return g.physical_segment(logical < last_segment ? logical : last_segment);
-  }
-
   // Applies the initial states of the sequences that start in this thread's items of a marked
   // tile. Called before the next tile's loads are issued, so that the states' loads are not
   // waited for with them (see the top of this file).
   static __device__ __forceinline__ void apply_heads(const TileSegments& ts, int64_t first, const P& problem,
                                                      const ScanGeometry& g, int64_t row, Value (&values)[kItems]) {
     if constexpr (kHasHeads<P>) {
-      const uint32_t heads = item_bits(ts.heads, threadIdx.x * kItems);
+      const uint32_t heads = Tiles::item_bits(ts.heads, threadIdx.x * kItems);
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
-        if ((heads >> k) & 1u) values[k] = problem.at_head(values[k], row, item_segment(ts, first, g, k));
+        if ((heads >> k) & 1u) values[k] = problem.at_head(values[k], row, Tiles::item_segment(ts, first, g, k));
       }
     }
   }
@@ -291,8 +209,8 @@ struct RowScan {
                                                            int64_t row, bool summary, Carry carry,
                                                            Value (&values)[kItems]) {
     const int at = threadIdx.x * kItems;
-    const uint32_t heads = item_bits(ts.heads, at);
-    const uint32_t lasts = item_bits(ts.lasts, at);
+    const uint32_t heads = Tiles::item_bits(ts.heads, at);
+    const uint32_t lasts = Tiles::item_bits(ts.lasts, at);
     Lifted thread_total{values[0], (heads & 1u) != 0};
 #pragma unroll
     for (int k = 1; k < kItems; ++k) thread_total = Seg::combine(thread_total, Lifted{values[k], ((heads >> k) & 1u) != 0});
@@ -304,13 +222,13 @@ struct RowScan {
       Value exclusive = running;
       if ((heads >> k) & 1u) {
         // (Read only when used: a load here waits for the next tile's loads.)
-        if (g.exclusive) exclusive = problem.exclusive_head(row, item_segment(ts, first, g, k));
+        if (g.exclusive) exclusive = problem.exclusive_head(row, Tiles::item_segment(ts, first, g, k));
         running = values[k];
       } else {
         running = M::combine(running, values[k]);
       }
       if (kHasFinalStates<P> && !summary && ((lasts >> k) & 1u)) {
-        problem.store_final(row, item_segment(ts, first, g, k), running);
+        problem.store_final(row, Tiles::item_segment(ts, first, g, k), running);
       }
       values[k] = g.exclusive ? exclusive : running;
     }
@@ -408,11 +326,11 @@ struct RowScan {
     Unit at = locate(g, spans, unit, tiles_per_row);
     // The sequence holding the current tile's first position, and the bounds of the tile's
     // first round of sequences.
-    clear_marks(smem.segments[0]);
-    clear_marks(smem.segments[1]);
+    Tiles::clear_marks(smem.segments[0]);
+    Tiles::clear_marks(smem.segments[1]);
     if (threadIdx.x == 0) smem.segments[0].next_first = smem.segments[1].next_first = 0;
     int64_t first = enter_unit(smem, g, at, summary);  // its barrier orders the clearing
-    RawBounds round0 = load_bounds(g, first + threadIdx.x);
+    RawBounds round0 = Tiles::load_bounds(g, first + threadIdx.x);
     auto cursor = problem.cursor(at.row);
     Value current[kItems];
     HeldItems next;
@@ -432,13 +350,13 @@ struct RowScan {
       TileSegments& ts = smem.segments[parity];
       // Marking reads offsets and apply_heads initial states: both before the next tile's
       // loads are issued, which their uses would otherwise wait for (the top of this file).
-      mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
+      Tiles::mark_segments(ts, g, first, int64_t{at.tile} * kTile, round0);
       // The other masks were last read in the previous tile, before the barrier just passed;
       // the block scan's barrier separates their clearing from the next tile's marking.
-      clear_marks(smem.segments[parity ^ 1]);
+      Tiles::clear_marks(smem.segments[parity ^ 1]);
       const int64_t next_first = ts.next_first;
       apply_heads(ts, first, problem, g, at.row, current);
-      round0 = load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
+      round0 = Tiles::load_bounds(g, next_first + threadIdx.x);  // the next tile's, if in this unit
       if (more) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       if (ts.marked) {
         carry = scan_packed_tile(smem.scan[parity], ts, first, problem, g, at.row, summary, carry, current);
@@ -454,7 +372,7 @@ struct RowScan {
         unit = next_unit;
         const int32_t planned = next_at.tile;
         first = enter_unit(smem, g, next_at, summary);
-        round0 = load_bounds(g, first + threadIdx.x);
+        round0 = Tiles::load_bounds(g, first + threadIdx.x);
         if (next_at.tile != planned) load(problem, g, next_cursor, int64_t{next_at.tile} * kTile + offset, wide, next);
       }
       at = next_at;
