@@ -206,6 +206,14 @@ struct SelectiveScanPolicy {
   // The backward's: a chunk of 16 steps of 32 channels (N = 16) is 4 rounds of 128 threads.
   static constexpr int kBackwardPrefetchRounds = 4;
   static constexpr int kBackwardStatePrefetchRounds = 2;  // B and C: 16 states x 16 steps
+  // Steps of a whole 16-step chunk that the backward's fixed instance unrolls together (its
+  // recompute and walk back run the chunk as rolled groups of them). The chunk unrolled whole
+  // made the chunk loop 3.8 K instructions (60 KB of code, each executed once a chunk); in groups
+  // of 4 it is 2.3 K, with fewer spills (4 bytes against 12-20) and 3.5 % more instructions
+  // executed. Measured (H100, (8, 1536, 2048, 16)): backward 1.058 -> 1.049 ms float32, 0.990 ->
+  // 0.968 bfloat16, stalls for want of an instruction 0.14 -> 0.08 per issue; groups of 8: 1.076
+  // and 0.971 (benchmarks/NOTES.md).
+  static constexpr int kBackwardWalkGroup = 4;
   // Blocks per SM the kernels are compiled for (registers capped at 65536 / (blocks * kThreads)):
   // the forward 4 (128 registers: the N = 16 instance needs 125 with four states a thread, no
   // spills), so that (8, 1536, 2048, 16)'s 384 blocks of 32 channels run in one wave on 132 SMs

@@ -26,12 +26,45 @@
 // (segment, batch row).
 #pragma once
 
+#include <utility>
+
 #include "../engine/warp.cuh"
 #include "backward_chunk.cuh"
 #include "channel_reduction.cuh"
 #include "common.cuh"
 
 namespace parprims::cuda {
+
+// A step's place in a whole chunk walked in groups of steps (WholeChunkStep<k>: the k-th step of
+// its group, known at compile time) or in a chunk walked one checked step at a time (CheckedStep).
+template <int k>
+struct WholeChunkStep {
+  static constexpr bool value = true;  // no per-step sequence checks
+  static constexpr int position = k;
+};
+struct CheckedStep {
+  static constexpr bool value = false;
+  static constexpr int position = 0;
+};
+
+// Runs step(i, WholeChunkStep<i % kGroup>{}) over a whole chunk's K steps, in order (kForward) or
+// from the last: each group of kGroup steps unrolled, the groups rolled up, so that the hot
+// loop's code is a group's and not the whole chunk's (Policy::kBackwardWalkGroup says why).
+template <int K, int kGroup, bool kForward, class Step, int... k>
+__device__ __forceinline__ void walk_whole_chunk(Step&& step, std::integer_sequence<int, k...>) {
+  static_assert(K % kGroup == 0 && sizeof...(k) == kGroup, "whole groups");
+  if constexpr (kForward) {
+#pragma unroll 1
+    for (int g = 0; g < K; g += kGroup) (step(g + k, WholeChunkStep<k>{}), ...);
+  } else {
+#pragma unroll 1
+    for (int g = K - kGroup; g >= 0; g -= kGroup) (step(g + kGroup - 1 - k, WholeChunkStep<kGroup - 1 - k>{}), ...);
+  }
+}
+template <int K, int kGroup, bool kForward, class Step>
+__device__ __forceinline__ void walk_whole_chunk(Step&& step) {
+  walk_whole_chunk<K, kGroup, kForward>(step, std::make_integer_sequence<int, kGroup>{});
+}
 
 // kVariableBC: B and C are both variable (Mamba's case), known at compile time, so that the
 // registers and per-step choices of constant B or C vanish. kThreadsPerChannel: the shape's
@@ -57,6 +90,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   // is discarded without them (a % by a constant zero there draws a compiler warning).
   constexpr int kSumGroup = kSumSteps > 0 ? kSumSteps : 1;
   static_assert(K % kSumGroup == 0, "a chunk holds whole groups of summed steps");
+  // The steps of a whole chunk unrolled together (walk_whole_chunk): in the fixed instance
+  // Policy::kBackwardWalkGroup (whole groups of summed steps), else the whole chunk.
+  constexpr int kWalkGroup =
+      kSumSteps > 0 ? (Policy::kBackwardWalkGroup > kSumSteps ? Policy::kBackwardWalkGroup : kSumSteps) : K;
+  static_assert(kWalkGroup % kSumGroup == 0 && K % kWalkGroup == 0, "whole groups of summed steps");
   constexpr bool kFixed = kThreadsPerChannel > 0;
   // The paired lane layout (ThreadPlace) in the fixed instance, whose sums over lanes take their
   // masks at compile time.
@@ -331,24 +369,23 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         // a chunk with a sequence boundary (or the row's last, partial one) one step at a time
         // with the checks, rolled up so that the unrolled fast path alone fills the instruction
         // cache. At a sequence start the full pass stores the initial state's gradient.
-        // `step(i, in_whole_chunk)`: std::true_type on the fast path.
+        // `step(i, place)`: place is WholeChunkStep<i % kWalkGroup> on the fast path, else CheckedStep.
         auto walk_chunk_back = [&](auto&& step) {
           if (whole) {
-#pragma unroll
-            for (int i = K - 1; i >= 0; --i) step(i, std::true_type{});
+            walk_whole_chunk<K, kWalkGroup, false>(step);
           } else {
 #pragma unroll 1
             for (int i = steps - 1; i >= 0; --i) {
               bool ends, starts;
               step_bounds(t0 + i, ends, starts);
-              step(i, std::false_type{});
+              step(i, CheckedStep{});
               if (!kSummary && starts && gr.dinitial) store_dinitial();
             }
           }
         };
         if constexpr (kSummary) {
           // ---- the state gradient alone, back over the chunk ----
-          auto summary_step = [&](int i, auto /*in_whole_chunk*/) {
+          auto summary_step = [&](int i, auto /*place*/) {
             const Acc dl = sm.delta[channel_step0 + i];
             const Acc dy = sm.dy[channel_step0 + i];
             Acc Bt[kStates], Ct[kStates];
@@ -389,14 +426,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           if (whole) {
             if constexpr (kSumSteps > 0) {
               Acc y[kSumSteps];
-#pragma unroll
-              for (int i = 0; i < K; ++i) {
-                y[i % kSumSteps] = recompute_step(i);
-                if (i % kSumSteps == kSumSteps - 1) {  // the channel's thread q gets the group's step q
+              walk_whole_chunk<K, kWalkGroup, true>([&](int i, auto place) {
+                constexpr int q = decltype(place)::position % kSumSteps;
+                y[q] = recompute_step(i);
+                if constexpr (q == kSumSteps - 1) {  // the channel's thread q gets the group's step q
                   sum_over_channel_threads<kSumSteps, kPaired>(y);
                   sm.y[channel_step0 + i + 1 - kSumSteps + me.quad] = y[0];
                 }
-              }
+              });
             } else {
 #pragma unroll
               for (int i = 0; i < K; ++i) store_y(i, recompute_step(i));
@@ -426,7 +463,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
 #pragma unroll
           for (int j = 0; j < kStates; ++j) h_after[j] = h[j];
           Acc sum_parts[2 * kSumGroup];  // d(delta), then du, of a group's steps
-          auto walk_back_step = [&](int i, auto in_whole_chunk) {
+          auto walk_back_step = [&](int i, auto place) {
+            constexpr bool in_whole_chunk = decltype(place)::value;
             const Acc dl = sm.delta[channel_step0 + i];
             const Acc u = sm.u[channel_step0 + i];
             const Acc dy = sm.dy[channel_step0 + i];
@@ -442,7 +480,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               const Acc hp = h_entering[j];
               const Acc l = lam[j] + Ct[j] * dy;
               const Acc dB = l * dlu;
-              const Acc dC = dy * (decltype(in_whole_chunk)::value ? h_after[j] : a * hp + dlu * Bt[j]);
+              const Acc dC = dy * (in_whole_chunk ? h_after[j] : a * hp + dlu * Bt[j]);
               lam[j] = a * l;
               const Acc da = lam[j] * hp;  // l * a * hp
               const Acc lB = l * Bt[j];
@@ -455,10 +493,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               if (!B_variable) dBc[j] += dB;
               if (!C_variable) dCc[j] += dC;
             }
-            if constexpr (decltype(in_whole_chunk)::value && kSumSteps > 0) {
-              sum_parts[i % kSumGroup] = ddelta_part;
-              sum_parts[kSumSteps + i % kSumGroup] = du_part;
-              if (i % kSumGroup == 0) {  // the group's first step: every step of it is in
+            if constexpr (in_whole_chunk && kSumSteps > 0) {
+              constexpr int q = decltype(place)::position % kSumGroup;
+              sum_parts[q] = ddelta_part;
+              sum_parts[kSumSteps + q] = du_part;
+              if constexpr (q == 0) {  // the group's first step: every step of it is in
                 // The channel's thread q gets entries 2q and 2q + 1: the first half of its
                 // threads d(delta) of two consecutive steps each, the other half du.
                 sum_over_channel_threads<kSumSteps, kPaired>(sum_parts);
