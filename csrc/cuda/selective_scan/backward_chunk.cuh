@@ -1,8 +1,11 @@
 // The parts of a selective-scan backward chunk (selective_scan/backward.cuh) that do not walk
 // time: the block's shared memory (BackwardChunk lays it out, BackwardShared names its arrays),
 // and the chunk's end: the input gradients of the thread's items (finish_items) and the block's
-// sums of variable dB and dC (store_BC_partials).
+// sums of variable dB and dC (store_BC_partials); and the order in which a whole chunk's steps
+// are unrolled (walk_whole_chunk).
 #pragma once
+
+#include <utility>
 
 #include "common.cuh"
 
@@ -183,6 +186,37 @@ __device__ __forceinline__ void store_BC_partials(const BackwardShared<Acc>& sm,
                                : (is_C ? dC_rows : dB_rows) + state * p.len + t0 + step;
     *to = sum;
   }
+}
+
+// A step's place in a whole chunk walked in groups of steps (WholeChunkStep<k>: the k-th step of
+// its group, known at compile time) or in a chunk walked one checked step at a time (CheckedStep).
+template <int k>
+struct WholeChunkStep {
+  static constexpr bool value = true;  // no per-step sequence checks
+  static constexpr int position = k;
+};
+struct CheckedStep {
+  static constexpr bool value = false;
+  static constexpr int position = 0;
+};
+
+// Runs step(i, WholeChunkStep<i % kGroup>{}) over a whole chunk's K steps, in order (kForward) or
+// from the last: each group of kGroup steps unrolled, the groups rolled up, so that the hot
+// loop's code is a group's and not the whole chunk's (Policy::kBackwardWalkGroup says why).
+template <int K, int kGroup, bool kForward, class Step, int... k>
+__device__ __forceinline__ void walk_whole_chunk(Step&& step, std::integer_sequence<int, k...>) {
+  static_assert(K % kGroup == 0 && sizeof...(k) == kGroup, "whole groups");
+  if constexpr (kForward) {
+#pragma unroll 1
+    for (int g = 0; g < K; g += kGroup) (step(g + k, WholeChunkStep<k>{}), ...);
+  } else {
+#pragma unroll 1
+    for (int g = K - kGroup; g >= 0; g -= kGroup) (step(g + kGroup - 1 - k, WholeChunkStep<kGroup - 1 - k>{}), ...);
+  }
+}
+template <int K, int kGroup, bool kForward, class Step>
+__device__ __forceinline__ void walk_whole_chunk(Step&& step) {
+  walk_whole_chunk<K, kGroup, kForward>(step, std::make_integer_sequence<int, kGroup>{});
 }
 
 }  // namespace parprims::cuda
