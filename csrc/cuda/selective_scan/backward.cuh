@@ -337,9 +337,16 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
         // with the checks, rolled up so that the unrolled fast path alone fills the instruction
         // cache. At a sequence start the full pass stores the initial state's gradient.
         // `step(i, place)`: place is WholeChunkStep<i % kWalkGroup> on the fast path, else CheckedStep.
+        // (Without sums by groups of steps, no step reads its place: the chunk is unrolled whole,
+        // and the step's body is compiled once, not once a place.)
         auto walk_chunk_back = [&](auto&& step) {
           if (whole) {
-            walk_whole_chunk<K, kWalkGroup, false>(step);
+            if constexpr (kSumSteps > 0) {
+              walk_whole_chunk<K, kWalkGroup, false>(step);
+            } else {
+#pragma unroll
+              for (int i = K - 1; i >= 0; --i) step(i, WholeChunkStep<0>{});
+            }
           } else {
 #pragma unroll 1
             for (int i = steps - 1; i >= 0; --i) {
