@@ -209,7 +209,7 @@ struct SelectiveScanPolicy {
   // Steps of a whole 16-step chunk that the backward's fixed instance unrolls together (its
   // recompute and walk back run the chunk as rolled groups of them). The chunk unrolled whole
   // made the chunk loop 3.8 K instructions (60 KB of code, each executed once a chunk); in groups
-  // of 4 it is 2.3 K, with fewer spills (4 bytes against 12-20) and 3.5 % more instructions
+  // of 4 it is 2.3 K, with fewer spills (4 bytes against 12-20) and about 4 % more instructions
   // executed. Measured (H100, (8, 1536, 2048, 16)): backward 1.058 -> 1.049 ms float32, 0.990 ->
   // 0.968 bfloat16, stalls for want of an instruction 0.14 -> 0.08 per issue; groups of 8: 1.076
   // and 0.971 (benchmarks/NOTES.md).
