@@ -382,17 +382,11 @@ __device__ __forceinline__ int64_t sequence_end(const SelectiveScanParams& p, in
   return (p.offsets && k + 1 < p.num_seqs) ? p.seq_offset(k + 1) : p.len;
 }
 
-// Where a summary pass may start (the forward) or end (the backward) its walk. With packed
-// sequences, a segment's end state depends only on the steps since the last sequence start
-// inside it, and the state gradient entering its first step only on the steps up to the end of
-// the sequence holding that step: the summary walks those chunks (of K steps) alone. The
-// restart inside the walk zeroes the gates' product, as when it walks the whole segment.
-__device__ __forceinline__ int64_t forward_summary_begin(const SelectiveScanParams& p, const ThreadPlace& me, int K) {
-  if (!p.offsets) return me.t_begin;
-  const int64_t last_start = p.seq_offset(sequence_of(p, me.t_end - 1));
-  return last_start > me.t_begin ? last_start / K * K : me.t_begin;
-}
-
+// Where the backward's summary pass ends its walk (the forward's begins at
+// planned_summary_begin, time_segments.cuh). With packed sequences, the state gradient entering a
+// segment's first step depends only on the steps up to the end of the sequence holding that
+// step: the summary walks those chunks (of K steps) alone. The restart inside the walk zeroes
+// the gates' product, as when it walks the whole segment.
 __device__ __forceinline__ int64_t backward_summary_end(const SelectiveScanParams& p, const ThreadPlace& me, int K) {
   if (!p.offsets) return me.t_end;
   const int64_t first_end = sequence_end(p, sequence_of(p, me.t_begin));

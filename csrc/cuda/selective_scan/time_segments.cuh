@@ -30,10 +30,11 @@ __device__ __forceinline__ int64_t first_sequence_from(const SelectiveScanParams
   return lo;
 }
 
-// Where the forward's summary of the segment [t_begin, t_end) starts its walk: as
-// forward_summary_begin (common.cuh), and at t_end (no walk) when a sequence starts right at
-// t_end (the segment after it starts afresh and reads no carry) or t_end ends the row (the
-// segment after it is empty: segment_bound).
+// Where the forward's summary of the segment [t_begin, t_end) starts its walk. With packed
+// sequences, a segment's end state depends only on the steps since the last sequence start
+// inside it, so the walk starts at that start's chunk (of K steps); and at t_end (no walk) when
+// a sequence starts right at t_end (the segment after it starts afresh and reads no carry) or
+// t_end ends the row (the segment after it is empty: segment_bound).
 __device__ __forceinline__ int64_t planned_summary_begin(const SelectiveScanParams& p, int64_t t_begin,
                                                          int64_t t_end, int K) {
   if (!p.offsets) return t_begin;
