@@ -201,7 +201,8 @@ class Affine:
             def ours(s):
                 return pp.affine_scan(s["a"], s["b"], -1)
             base = {"triton accel-scan": {"fn": lambda s: tb.affine_lastdim(s["a"], s["b"]),
-                                                        "check": True} if self.triton else self.no_triton()}
+                                                        "check": True} if self.triton else self.no_triton(),
+                    "same-bytes copy": harness.same_bytes_copy(lambda s: torch.add(s["a"], s["b"]))}
         if loops:
             base.update(self.loop_baselines(shape))
         notes = [f"ideal bytes: {arrays} arrays"]
@@ -291,6 +292,7 @@ class Affine:
                                       "note": "transpose copies to T-contiguous, triton accel-scan, transpose back "
                                               "(copies timed)"}
                 if self.triton else self.no_triton(),
+                "same-bytes copy": harness.same_bytes_copy(lambda s: torch.add(s["a"], s["b"])),
             }
         return h.bench("affine_scan", f"D-contig dim1 {mode}", shape, dtype, numel * arrays * esize, make,
                        ours=ours, baselines=base, check=self.checker(Layout("dcontig"), fwd_bwd),
@@ -325,7 +327,8 @@ class Affine:
                 return pp.affine_scan(s["a"], s["b"], 0, None, s["off"])
             base = {"triton fla-recurrent varlen": {
                 "fn": lambda s: tb.affine_time_strided(s["a"], s["b"], 0, s["off"]), "check": True}
-                if self.triton else self.no_triton()}
+                if self.triton else self.no_triton(),
+                "same-bytes copy": harness.same_bytes_copy(lambda s: torch.add(s["a"], s["b"]))}
         return h.bench("affine_scan", f"packed {S} seqs {mode}", shape, dtype, numel * arrays * esize + (S + 1) * 4,
                        make, ours=ours, baselines=base, check=self.checker(Layout("packed", offsets_list), fwd_bwd),
                        out_bytes=numel * esize, notes=[f"lengths {lengths}; offsets int32; ideal bytes: {arrays} arrays"],

@@ -188,7 +188,9 @@ class Scan:
                                 "not timed (--slow-baselines times it once)"}
         notes = ["int32 in, int64 out (as torch.cumsum)"] if not dtype.is_floating_point else []
         return h.bench(f"scan:{op}", case, shape, dtype, nbytes, make, ours=lambda s: pp.scan(s["x"], dim, op),
-                       baselines={base_name: base}, check=check, out_bytes=numel * osize, notes=notes,
+                       baselines={base_name: base, "same-bytes copy": harness.same_bytes_copy(
+                           lambda s: s["x"].to(out_dtype, copy=True))},
+                       check=check, out_bytes=numel * osize, notes=notes,
                        check_tol=self.tol(dtype, shape[-1]), **self.target(tkey, dtype, op))
 
     def reverse(self, shape, dtype, tkey):
@@ -211,7 +213,9 @@ class Scan:
             t["target"] = f"the forward's fraction ({t['target_frac']:.2f})"
         return h.bench("scan:add", "reverse", shape, dtype, numel * 2 * esize, make,
                        ours=lambda s: pp.scan(s["x"], dim, "add", False, True),
-                       baselines={"flip+cumsum+flip": flip_cumsum}, check=check, out_bytes=numel * esize,
+                       baselines={"flip+cumsum+flip": flip_cumsum,
+                                  "same-bytes copy": harness.same_bytes_copy(lambda s: s["x"].clone())},
+                       check=check, out_bytes=numel * esize,
                        notes=["the backward of add is this reverse scan"], check_tol=self.tol(dtype, shape[-1]), **t)
 
     def fwd_bwd(self, op, shape, dtype, tkey):
@@ -312,6 +316,8 @@ class Scan:
             except Exception as e:  # noqa: BLE001
                 baselines["loop of torch.cumsum"] = {"error": harness._short_error(e)}
 
+        if not fwd_bwd:
+            baselines["same-bytes copy"] = harness.same_bytes_copy(lambda s: s["x"].clone())
         if fwd_bwd:
             def ours(s):
                 return torch.autograd.grad(pp.segmented_scan(s["x"], s["off"], 0), s["x"], s["g"])

@@ -87,6 +87,14 @@ def check_record(err, dtype, ref_name, tol=None):
     return {"ref": ref_name, "rel_err": err, "tol": tol, "ok": bool(err <= tol)}
 
 
+def same_bytes_copy(fn):
+    """A baseline that moves a row's ideal bytes in one elementwise kernel (a copy, or a + b for
+    two inputs): on the GPU, the most any kernel reaches at this size, with its launch, ramp-up and
+    tail included, which the 1 GiB copy that ``frac_copy`` divides by does not show. Its
+    ``frac_copy`` is the row's ceiling; its ``ratio`` is our share of it."""
+    return {"fn": fn, "note": "an elementwise kernel moving the same ideal bytes (this size's ceiling)"}
+
+
 # ---- the harness ----------------------------------------------------------------------------
 
 
