@@ -24,7 +24,7 @@ host::SelectiveScanInputs checked_inputs(const at::Tensor& u, const at::Tensor& 
 // Scratch accumulators across state tiles (only when N needs more than one tile).
 void add_scratch(SelectiveScanShape& shape, const host::SelectiveScanInputs& in, int count, at::Tensor (&keep)[3]) {
   if (shape.state_tiles <= 1) return;
-  void** slots[3] = {&shape.y_scratch, &shape.du_scratch, &shape.ddelta_scratch};
+  void** slots[3] = {&shape.y_scratch, &shape.lB_scratch, &shape.daA_scratch};
   for (int k = 0; k < count; ++k) {
     keep[k] = at::empty({in.batch, in.dim, in.len}, in.u.options().dtype(in.compute));
     *slots[k] = keep[k].data_ptr();

@@ -11,8 +11,8 @@
 //   3. walk back: the reverse affine recurrence of the state gradient
 //      g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1} (the same monoid as the forward, read from
 //      the end), with every input's gradient term at each step;
-//   4. finish: du, d(delta), dz (their sums over the channel's states were taken with shuffles
-//      at each step); per-channel sums for D and delta_bias; the block's partial sums of
+//   4. finish: du, d(delta), dz (from the channel's sums over its states of C h, l B and
+//      da A, taken with shuffles in steps 2 and 3); per-channel sums for D and delta_bias; the block's partial sums of
 //      variable dB and dC, reduced over its channels in a fixed order (written over the
 //      chunk's checkpoint, which no one reads again, when SelectiveScanGrads allows it).
 // A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
   constexpr int K = Chunk::K, kPitch = Chunk::kPitch, R = Policy::kBackwardPrefetchRounds;
   constexpr int RS = Policy::kBackwardStatePrefetchRounds;
   // With the threads of a channel known at compile time, a whole chunk sums the parts of y,
-  // du and d(delta) over them for kSumSteps steps at once (sum_over_channel_threads: 3 and 6
+  // l B and da A over them for kSumSteps steps at once (sum_over_channel_threads: 3 and 6
   // shuffles for 4 steps instead of 8 and 16); otherwise each step sums its own.
   constexpr int kSumSteps = kThreadsPerChannel > 1 ? kThreadsPerChannel : 0;
   // kSumSteps as a divisor: the same where the sums are taken, and never zero in the code that
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           Acc h_after[kStates];
 #pragma unroll
           for (int j = 0; j < kStates; ++j) h_after[j] = h[j];
-          Acc sum_parts[2 * kSumGroup];  // d(delta), then du, of a group's steps
+          Acc sum_parts[2 * kSumGroup];  // the parts of l B, then of da A, of a group's steps
           auto walk_back_step = [&](int i, auto place) {
             constexpr bool in_whole_chunk = decltype(place)::value;
             const Acc dl = sm.delta[channel_step0 + i];
@@ -446,7 +446,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             Acc Bt[kStates], Ct[kStates], h_entering[kStates];
             states_at(i, Bt, Ct);
             load_states<Acc, kStates>(entering_of_thread + i * Policy::kThreads * kStates, h_entering);
-            Acc ddelta_part = 0, du_part = 0;
+            // The thread's parts of the step's sums over states that du and d(delta) take
+            // (finish_items multiplies them by delta and u once per (channel, step)).
+            Acc lB_part = 0, daA_part = 0;
             ChannelReduction<Acc> red;
 #pragma unroll
             for (int j = 0; j < kStates; ++j) {
@@ -457,9 +459,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
               const Acc dC = dy * (in_whole_chunk ? h_after[j] : a * hp + dlu * Bt[j]);
               lam[j] = a * l;
               const Acc da = lam[j] * hp;  // l * a * hp
-              const Acc lB = l * Bt[j];
-              ddelta_part += lB * u + da * Araw[j];
-              du_part += lB * dl;
+              lB_part += l * Bt[j];
+              daA_part += da * Araw[j];
               dA[j] += da * dl;
               h_after[j] = hp;
               red.v[j] = dB;
@@ -469,23 +470,23 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
             }
             if constexpr (in_whole_chunk && kSumSteps > 0) {
               constexpr int q = decltype(place)::position % kSumGroup;
-              sum_parts[q] = ddelta_part;
-              sum_parts[kSumSteps + q] = du_part;
+              sum_parts[q] = lB_part;
+              sum_parts[kSumSteps + q] = daA_part;
               if constexpr (q == 0) {  // the group's first step: every step of it is in
                 // The channel's thread q gets entries 2q and 2q + 1: the first half of its
-                // threads d(delta) of two consecutive steps each, the other half du.
+                // threads the sums of l B of two consecutive steps each, the other half of da A.
                 sum_over_channel_threads<kSumSteps, kPaired>(sum_parts);
                 const int entry = 2 * me.quad;
-                Acc* sums = entry < kSumSteps ? sm.ddelta : sm.du;
+                Acc* sums = entry < kSumSteps ? sm.lB : sm.daA;
                 const int at = channel_step0 + i + entry % kSumGroup;
                 sums[at] = sum_parts[0];
                 sums[at + 1] = sum_parts[1];
               }
             } else {
-              channel_sums(ddelta_part, du_part);
+              channel_sums(lB_part, daA_part);
               if (me.quad == 0) {
-                sm.ddelta[channel_step0 + i] = ddelta_part;
-                sm.du[channel_step0 + i] = du_part;
+                sm.lB[channel_step0 + i] = lB_part;
+                sm.daA[channel_step0 + i] = daA_part;
               }
             }
             if (variable_BC) {

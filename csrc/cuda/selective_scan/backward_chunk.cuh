@@ -19,7 +19,7 @@ struct BackwardChunk {
 
   // In Acc: the recomputed state entering each step by [step][thread][state] (a thread's
   // states in one vector access); B, C by [step][state] (the same); delta, u, dy, the finish's
-  // factors of dz and d(delta), and the channel's sums of y, du and d(delta) over its states
+  // factors of dz and d(delta), and the channel's sums of y, l B and da A over its states
   // (3) by [channel][step]; the warps' dB/dC sums by [warp][2 * state][step]. The states first:
   // their rows are 16-byte aligned. The finish's terms of the per-channel D and delta_bias sums
   // ([channel][step], 2) reuse the entering states' memory: they are written after the walk
@@ -49,9 +49,11 @@ struct BackwardShared {
   Acc* dy;             // dout * silu(z)
   Acc* dz_factor;      // dout * silu'(z): dz = this * (y + D u)
   Acc* ddelta_factor;  // d(delta) / d(raw delta)
-  Acc* y;              // sums over the channel's states
-  Acc* du;
-  Acc* ddelta;
+  // Sums over the channel's states: y = sum C h; and, with l the state gradient entering a step
+  // and da its gate's, sum l B (du = delta * this, d(delta) gets u * this) and sum da A.
+  Acc* y;
+  Acc* lB;
+  Acc* daA;
   Acc* dD_terms;     // the finish's terms of the D and delta_bias sums (over `entering`)
   Acc* dbias_terms;
   Acc* delta_bias;  // by channel, staged once per block
@@ -72,9 +74,9 @@ struct BackwardShared {
     dD_terms = entering;
     dbias_terms = dD_terms + pc;
     y = ddelta_factor + pc;
-    du = y + pc;
-    ddelta = du + pc;
-    delta_bias = ddelta + pc;
+    lB = y + pc;
+    daA = lB + pc;
+    delta_bias = daA + pc;
     D = delta_bias + channels_per_block;
     red = D + channels_per_block;
   }
@@ -103,7 +105,7 @@ __device__ __forceinline__ void stage_element(const BackwardShared<Acc>& sm, int
 }
 
 // Step 4 of a chunk, for the thread's items: du, d(delta) and dz from the channel's sums of y,
-// du and d(delta) and the staged factors (with several state tiles, the sums run on in the
+// l B and da A and the staged factors (with several state tiles, the sums run on in the
 // shape's scratch until the last tile), and each item's terms of the per-channel D and
 // delta_bias sums. Rolled up: unrolled, its rounds' loads and stores cost the walk back
 // registers (measured 1-3 % slower).
@@ -124,28 +126,28 @@ __device__ __forceinline__ void finish_items(const BackwardShared<Acc>& sm, cons
 #pragma unroll
     for (int k = 0; k < kSteps; ++k) {
       const int at = channel * kPitch + items.column(r) * kSteps + k;
-      Acc y = sm.y[at], du = sm.du[at], ddelta = sm.ddelta[at];
+      Acc y = sm.y[at], lB = sm.lB[at], daA = sm.daA[at];
       if (state_tiles > 1) {  // (one step an item)
         Acc* ys = static_cast<Acc*>(s.y_scratch);
-        Acc* dus = static_cast<Acc*>(s.du_scratch);
-        Acc* dds = static_cast<Acc*>(s.ddelta_scratch);
+        Acc* lBs = static_cast<Acc*>(s.lB_scratch);
+        Acc* daAs = static_cast<Acc*>(s.daA_scratch);
         if (!first_tile) {
           y += ys[flat + k];
-          du += dus[flat + k];
-          ddelta += dds[flat + k];
+          lB += lBs[flat + k];
+          daA += daAs[flat + k];
         }
         if (!last_tile) {
           ys[flat + k] = y;
-          dus[flat + k] = du;
-          dds[flat + k] = ddelta;
+          lBs[flat + k] = lB;
+          daAs[flat + k] = daA;
           done = false;
           continue;
         }
       }
-      const Acc u = sm.u[at], dy = sm.dy[at];
+      const Acc u = sm.u[at], dy = sm.dy[at], delta = sm.delta[at];
       dz_out[k] = sm.dz_factor[at] * (y + Dd * u);
-      ddelta_out[k] = ddelta * sm.ddelta_factor[at];
-      du_out[k] = du + dy * Dd;
+      ddelta_out[k] = (u * lB + daA) * sm.ddelta_factor[at];
+      du_out[k] = delta * lB + dy * Dd;
       // The terms of the per-channel sums (taken by the kernel after the chunk).
       sm.dD_terms[at] = dy * u;
       sm.dbias_terms[at] = ddelta_out[k];

@@ -37,10 +37,11 @@ struct SelectiveScanShape {
   int64_t first_block = 0;        // the launch's first block in the (segments, channel blocks) order
   void* segment_state = nullptr;  // (segments, batch, dim, N), compute type
   void* segment_decay = nullptr;  // the same
-  // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1.
+  // Accumulators across state tiles ((batch, dim, L), compute type), when state_tiles > 1: the
+  // channel's sums over states of y and (the backward's) l B and da A (BackwardShared).
   void* y_scratch = nullptr;
-  void* du_scratch = nullptr;
-  void* ddelta_scratch = nullptr;
+  void* lB_scratch = nullptr;
+  void* daA_scratch = nullptr;
 };
 
 // The launch shape of the forward (backward) for a problem: threads per channel from N and
