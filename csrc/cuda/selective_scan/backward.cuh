@@ -299,7 +299,23 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
       // Where this lane stores the channel sums of dB and dC of each step (the summary sums nothing).
       const WarpSumRows<Acc> sum_rows(lanes, !kSummary && variable_BC, warp, S, state0, kPitch);
 
+      // A chunk's checkpoint (the states entering its first step), loaded with the chunk's other
+      // inputs while the block works on the chunk after it in time. Loaded at the chunk's start,
+      // it was still in flight at the recompute's first step and, through the scoreboard its load
+      // shared with the prefetched inputs, at the staging's first conversion (ncu, H100: 10 % of
+      // the stall samples). Chunk c - 1's slots take no dB/dC partials before chunk c - 1 ends.
+      Acc next_checkpoint[kStates];
+      auto fetch_checkpoint = [&](int64_t c) {
+#pragma unroll
+        for (int j = 0; j < kStates; ++j) {
+          next_checkpoint[j] = (!kSummary && has_state[j])
+                                   ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
+                                   : Acc(0);
+        }
+      };
+
       fetch(steps_of(c_last));
+      fetch_checkpoint(c_last);
       for (int64_t c = c_last; c >= c_first; --c) {
         const int64_t t0 = c * K;
         const int steps = steps_of(c);
@@ -315,22 +331,19 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
           whole = sequence_start <= t0;
           chunk_starts = sequence_start == t0;
         }
-        // The chunk's checkpoint, loaded before the staging: its latency passes there instead of
-        // stalling the recompute's first step (ncu: 5 % of the stall samples).
         Acc checkpoint[kStates];
 #pragma unroll
-        for (int j = 0; j < kStates; ++j) {
-          checkpoint[j] = (!kSummary && has_state[j])
-                              ? checkpoints[((me.b * p.dim + me.d) * p.checkpoint_chunks + c) * p.dstate + n0 + j]
-                              : Acc(0);
-        }
+        for (int j = 0; j < kStates; ++j) checkpoint[j] = next_checkpoint[j];
         __syncthreads();  // the previous chunk's finish has read the shared arrays
         // ---- 1. stage ----
         stage(steps);
         __syncthreads();
         // The previous chunk's loads are in flight while this one's steps run.
         advance_walks();
-        if (c > c_first) fetch(steps_of(c - 1));
+        if (c > c_first) {
+          fetch(steps_of(c - 1));
+          fetch_checkpoint(c - 1);
+        }
 
         // Runs `step` over the chunk's steps from the last: a whole chunk unrolled with no checks;
         // a chunk with a sequence boundary (or the row's last, partial one) one step at a time
