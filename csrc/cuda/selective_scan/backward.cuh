@@ -515,7 +515,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBackwardMinBlocksPe
                                         state_tiles, first_tile, last_tile);
           grad_walk.base += grad_walk.chunk_stride;
           if (variable_BC) {
-            store_BC_partials(sm, p, gr, me.b, d0, c, S, steps, t0, tile_n0, B_variable, C_variable, dB_rows, dC_rows);
+            store_BC_partials<Acc, kFixed ? kThreadsPerChannel * kStates : 0>(
+                sm, p, gr, me.b, d0, c, S, steps, t0, tile_n0, B_variable, C_variable, dB_rows, dC_rows);
           }
 
           if (last_tile) {

@@ -166,27 +166,39 @@ __device__ __forceinline__ void finish_items(const BackwardShared<Acc>& sm, cons
 // each made the N = 16 kernel 9 % longer (5160 instructions against 4744; one loop:
 // 4832) and fwd+bwd 2 % slower (1.50 against 1.47 ms at (8, 1536, 2048, 16), H200).
 // (Chunk c of batch row b, channels from d0; the tile's states from tile_n0, S of them.)
-template <class Acc>
+// kS: S when known at compile time (the fixed instance's 16), else 0. Then the thread's sums are
+// whole rounds of the block, unrolled, and each round's place is the previous one's plus a
+// constant (no division and no 64-bit multiply a sum).
+template <class Acc, int kS = 0>
 __device__ __forceinline__ void store_BC_partials(const BackwardShared<Acc>& sm, const SelectiveScanParams& p,
                                                   const SelectiveScanGrads& gr, int64_t b, int64_t d0, int64_t c,
-                                                  int S, int steps, int64_t t0, int64_t tile_n0, bool B_variable,
-                                                  bool C_variable, Acc* dB_rows, Acc* dC_rows) {
+                                                  int S_shape, int steps, int64_t t0, int64_t tile_n0,
+                                                  bool B_variable, bool C_variable, Acc* dB_rows, Acc* dC_rows) {
   constexpr int K = kSelectiveScanCheckpointEvery, kPitch = K + 1, kWarps = Policy::kThreads / 32;
+  const int S = kS > 0 ? kS : S_shape;
   const bool over_checkpoints = gr.BC_partials_over_checkpoints;
   Acc* slots = static_cast<Acc*>(p.checkpoints) + ((b * p.dim + d0) * p.checkpoint_chunks + c) * p.dstate;
   const int64_t slot_stride = p.checkpoint_chunks * p.dstate;
-  const int lane_extent = over_checkpoints ? S : K;  // what consecutive threads walk
-  for (int f = threadIdx.x; f < 2 * S * K; f += Policy::kThreads) {
+  // What consecutive threads walk: a constant when kS is K (the fixed instance), whichever
+  // layout the partials take.
+  const int lane_extent = (kS > 0 && kS == K) ? K : over_checkpoints ? S : K;
+  auto store_sum = [&](int f) {
     const int inner = f % lane_extent, outer = f / lane_extent;
     const bool is_C = over_checkpoints ? (outer & 1) : outer >= S;
     const int state = over_checkpoints ? inner : outer - (is_C ? S : 0);
     const int step = over_checkpoints ? outer >> 1 : inner;
-    if (step >= steps || !(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) continue;
+    if (step >= steps || !(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) return;
     Acc sum = 0;
     for (int w = 0; w < kWarps; ++w) sum += sm.red[(w * 2 * S + (is_C ? S : 0) + state) * kPitch + step];
     Acc* to = over_checkpoints ? slots + (2 * step + is_C) * slot_stride + state
                                : (is_C ? dC_rows : dB_rows) + state * p.len + t0 + step;
     *to = sum;
+  };
+  if constexpr (kS > 0 && (2 * kS * K) % Policy::kThreads == 0) {
+#pragma unroll
+    for (int round = 0; round < 2 * kS * K / Policy::kThreads; ++round) store_sum(threadIdx.x + round * Policy::kThreads);
+  } else {
+    for (int f = threadIdx.x; f < 2 * S * K; f += Policy::kThreads) store_sum(f);
   }
 }
 
