@@ -12,9 +12,10 @@
 //      g_t = C_t dy_t + exp(delta_{t+1} A) g_{t+1} (the same monoid as the forward, read from
 //      the end), with every input's gradient term at each step;
 //   4. finish: du, d(delta), dz (from the channel's sums over its states of C h, l B and
-//      da A, taken with shuffles in steps 2 and 3); per-channel sums for D and delta_bias; the block's partial sums of
-//      variable dB and dC, reduced over its channels in a fixed order (written over the
-//      chunk's checkpoint, which no one reads again, when SelectiveScanGrads allows it).
+//      da A, taken with shuffles in steps 2 and 3); per-channel sums for D and delta_bias;
+//      the block's partial sums of variable dB and dC, reduced over its channels in a fixed
+//      order (written over the chunk's checkpoint, which no one reads again, when
+//      SelectiveScanGrads allows it).
 // A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
 // steps 2 and 3 without per-step sequence checks; the others check every step.
 // No floating-point atomics: every partial sum has one writer, and the host adds partials in

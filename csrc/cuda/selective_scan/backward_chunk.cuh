@@ -196,7 +196,9 @@ __device__ __forceinline__ void store_BC_partials(const BackwardShared<Acc>& sm,
   };
   if constexpr (kS > 0 && (2 * kS * K) % Policy::kThreads == 0) {
 #pragma unroll
-    for (int round = 0; round < 2 * kS * K / Policy::kThreads; ++round) store_sum(threadIdx.x + round * Policy::kThreads);
+    for (int round = 0; round < 2 * kS * K / Policy::kThreads; ++round) {
+      store_sum(threadIdx.x + round * Policy::kThreads);
+    }
   } else {
     for (int f = threadIdx.x; f < 2 * S * K; f += Policy::kThreads) store_sum(f);
   }
