@@ -292,12 +292,14 @@ def _grad_rtol(dtype):
     return {torch.float64: 1e-10, torch.float32: 1e-4}.get(dtype, 1e-2)
 
 
-def check_grads(grads, ref_grads, names, inputs):
+def check_grads(grads, ref_grads, names, inputs, row_dims=(-1,)):
+    """Gradients of u, delta and z per element, against the largest |gradient| over `row_dims`
+    (the row); the others norm-wise."""
     for g, r, x, name in zip(grads, ref_grads, inputs, names):
         assert g is not None, f"no gradient for {name}"
         assert g.dtype == x.dtype and g.shape == x.shape, f"grad {name}: {g.dtype} {tuple(g.shape)}"
         if name in ("u", "delta", "z"):  # per element, against the largest |gradient| of the row
-            row = r.detach().abs().amax(dim=-1, keepdim=True) if r.shape[-1] else r.abs()
+            row = r.detach().abs().amax(dim=row_dims, keepdim=True) if r.shape[-1] else r.abs()
             assert_close(g, r, scale=row, what=f"grad {name}")
         else:
             assert not g.isnan().any(), f"grad {name}: NaN"
@@ -505,7 +507,10 @@ def test_more_sequences_than_a_grid_dimension(bc, device):
     gout, glast = grad_weights(out), grad_weights(last)
     grads = torch.autograd.grad((out, last), inputs, (gout, glast))
     pgrads = torch.autograd.grad((pout, plast), inputs, (pack(gout), glast))
-    check_grads(pgrads, [g.double() for g in grads], names, inputs)
+    # Against the channel's largest |gradient| over every sequence: a row of 3 steps is too short
+    # to set the scale (the largest of 3 gradients can be far below what the steps' sums carry,
+    # and the packed and dense calls round those sums differently).
+    check_grads(pgrads, [g.double() for g in grads], names, inputs, row_dims=(0, -1))
 
 
 @pytest.mark.slow

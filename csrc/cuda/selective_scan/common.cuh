@@ -61,21 +61,22 @@ __device__ __forceinline__ Acc fast_sigmoid(Acc x) {
   }
 }
 
-// softplus(x) = max(x, 0) + log1p(w) with w = exp(-|x|) in (0, 1], and log1p(w) = 2 atanh(s),
-// s = w / (2 + w) <= 1/3, summed as its series 2 s (1 + s^2/3 + ... + s^12/13) (the terms left
-// out are below 2^-25 of it): straight-line, 17 instructions with two special-function ones,
-// a relative error of a few ulp. (log1pf: 25 instructions and a branch per element.)
+// softplus(x) = max(x, 0) + log1p(w) with w = exp(-|x|) in (0, 1], and log1p(w) = w P(w), P the
+// degree-9 polynomial nearest log1p(w) / w on [0, 1] in relative error (4.7e-9; fitted by
+// iteratively reweighted least squares at Chebyshev nodes): straight-line, 12 instructions
+// with one special-function one, within 3 ulp of softplus in float (the exp2's error
+// included: log1p damps w's relative error). (log1pf: 25 instructions and a branch per
+// element; log1p as 2 atanh(w / (2 + w)): a reciprocal on the special-function unit and two
+// instructions more.)
 __device__ __forceinline__ float fast_softplus(float x) {
+  constexpr float P[] = {1.000000000e+00f,  -4.999990165e-01f, 3.332996368e-01f,  -2.495413423e-01f,
+                         1.967593879e-01f,  -1.530559212e-01f, 1.060365364e-01f,  -5.695951730e-02f,
+                         1.985145174e-02f,  -3.244022373e-03f};
   const float w = fast_exp(-fabsf(x));
-  const float s = w * fast_reciprocal(2.0f + w), s2 = s * s;
-  float series = 1.0f / 13;
-  series = fmaf(series, s2, 1.0f / 11);
-  series = fmaf(series, s2, 1.0f / 9);
-  series = fmaf(series, s2, 1.0f / 7);
-  series = fmaf(series, s2, 1.0f / 5);
-  series = fmaf(series, s2, 1.0f / 3);
-  series = fmaf(series, s2, 1.0f);
-  return fmaxf(x, 0.0f) + 2.0f * s * series;
+  float poly = P[9];
+#pragma unroll
+  for (int k = 8; k >= 0; --k) poly = fmaf(poly, w, P[k]);
+  return fmaf(w, poly, fmaxf(x, 0.0f));
 }
 
 template <class Acc>
