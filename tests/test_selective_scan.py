@@ -678,11 +678,11 @@ def test_selective_scan_compile(s, device):
 
 
 # Many channel blocks per group, whose partial sums of variable dB and dC the CUDA backward
-# adds (32 channels a block at N = 16, 64 at N = 8, 8 at N = 64): 16 blocks (dim 512, and 500
-# with a partial last block), 8 and 6 (groups of 256 and 192 channels), 10 at N = 8, 16 at
-# N = 64; with time segments (one row of 4096 steps) and packed sequences. The reference is the
-# CPU op in float64, another implementation, on shapes too large for the float64 loop of
-# `reference.py`.
+# adds (32 channels a block at N = 16, 64 at N = 8, 8 at N = 64, 4 at N = 256): 16 blocks (dim
+# 512, and 500 with a partial last block), 8 and 6 (groups of 256 and 192 channels), 10 at
+# N = 8, 16 at N = 64, 6 at N = 256 (two tiles of states); with time segments (one row of 4096
+# steps) and packed sequences. The reference is the CPU op in float64, another implementation,
+# on shapes too large for the float64 loop of `reference.py`.
 MANY_BLOCK_SAMPLES = [
     SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(2, 500, 2 * EVERY + 3, 16, "var", D=True, z=True, delta_bias=True, softplus=True),
@@ -690,6 +690,7 @@ MANY_BLOCK_SAMPLES = [
     SSSample(2, 384, 70, 16, "group", D=True, delta_bias=True, softplus=True),
     SSSample(2, 640, 70, 8, "var", D=True, z=True, delta_bias=True, softplus=True),
     SSSample(1, 128, 70, 64, "var", z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(2, 24, 2 * EVERY + 5, 256, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(2, 512, 300, 16, "var", D=True, z=True, delta_bias=True, softplus=True, dtype=torch.bfloat16),
     SSSample(1, 1024, 4096, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
     SSSample(lengths=(700, 0, 1500, 3, 2300), bc="var", D=True, z=True, delta_bias=True, softplus=True, init=True,
