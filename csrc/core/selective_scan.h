@@ -96,6 +96,21 @@ struct SelectiveScanGrads {
   bool BC_partials_over_checkpoints = false;
 };
 
+// CUDA: the gradients into which a pass after the backward adds the partial sums of
+// SelectiveScanGrads (cuda/selective_scan/backward_sums.cuh): variable dB/dC (batch, G, N, L)
+// contiguous in the input dtype; dA, constant dB/dC (dim, N), dD and d(delta_bias) (dim)
+// contiguous in the compute type (nullptr: absent). Only that pass reads them, so they stay out
+// of the backward kernel's parameters: a build with them in SelectiveScanGrads (and the store of
+// the dB/dC sums written through the pass's BCPartials) compiled the backward to other code that
+// ran 3-4 % slower (0.874 -> 0.906 ms bfloat16 at (8, 1536, 2048, 16), H100).
+struct SelectiveScanGradTotals {
+  void* dA = nullptr;
+  void* dB = nullptr;
+  void* dC = nullptr;
+  void* dD = nullptr;
+  void* ddelta_bias = nullptr;
+};
+
 template <class T>
 PP_HD T ss_exp(T x) {
   if constexpr (sizeof(T) == 4) {

@@ -1,5 +1,7 @@
-// Instantiations of the fused selective-scan backward (selective_scan/backward.cuh).
+// Instantiations of the fused selective-scan backward (selective_scan/backward.cuh) and of the
+// pass that adds its partial sums (selective_scan/backward_sums.cuh).
 #include "selective_scan/backward.cuh"
+#include "selective_scan/backward_sums.cuh"
 #include "selective_scan/dispatch.cuh"
 
 namespace parprims::cuda {
@@ -20,8 +22,8 @@ SelectiveScanShape selective_scan_backward_shape(const SelectiveScanParams& p, c
 }
 
 void launch_selective_scan_backward(const SelectiveScanParams& p, const SelectiveScanGrads& grads,
-                                    const SelectiveScanShape& shape, c10::ScalarType input_dtype,
-                                    const LaunchContext& ctx) {
+                                    const SelectiveScanGradTotals& totals, const SelectiveScanShape& shape,
+                                    c10::ScalarType input_dtype, const LaunchContext& ctx) {
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
@@ -47,6 +49,8 @@ void launch_selective_scan_backward(const SelectiveScanParams& p, const Selectiv
         [&](const SelectiveScanShape& s) {
           launch_blocks(ctx, full, smem, s.blocks, p, grads, s);
         });
+    launch_blocks(ctx, selective_scan_backward_sums_kernel<In, Acc>, 0, backward_sum_tasks(p, shape), p, grads,
+                  totals, shape);
   });
 }
 

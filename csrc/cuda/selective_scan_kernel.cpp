@@ -63,6 +63,28 @@ bool partials_fit_over_checkpoints(const host::SelectiveScanInputs& in, const Se
          (in.dim / in.groups) % shape.channels_per_block == 0;
 }
 
+// The gradients into which the pass after the backward adds its partial sums.
+SelectiveScanGradTotals add_summed_gradients(host::SelectiveScanBackward& bw) {
+  const auto& in = bw.in;
+  SelectiveScanGradTotals g;
+  const auto compute = in.u.options().dtype(in.compute);
+  auto gradient = [](at::IntArrayRef shape, const at::TensorOptions& options, void*& to) {
+    auto grad = at::empty(shape, options);
+    to = grad.data_ptr();
+    return grad;
+  };
+  auto state_input = [&](const at::Tensor& P, void*& to) {
+    if (P.dim() > 2) return gradient({in.batch, in.groups, in.dstate, in.len}, in.u.options(), to);
+    return gradient({in.dim, in.dstate}, compute, to);
+  };
+  bw.dA = gradient({in.dim, in.dstate}, compute, g.dA);
+  bw.dB = state_input(in.B, g.dB);
+  bw.dC = state_input(in.C, g.dC);
+  if (in.D.defined()) bw.dD = gradient({in.dim}, compute, g.dD);
+  if (in.delta_bias.defined()) bw.ddelta_bias = gradient({in.dim}, compute, g.ddelta_bias);
+  return g;
+}
+
 // `consume_checkpoints`: the caller gives the checkpoints up, and the backward may overwrite them.
 host::SelectiveScanGradients selective_scan_backward_impl(
     const at::Tensor& grad_out, const OptionalTensor& grad_last_state, const at::Tensor& u, const at::Tensor& delta,
@@ -94,9 +116,10 @@ host::SelectiveScanGradients selective_scan_backward_impl(
     }
     return host::finish_selective_scan_backward(bw);
   }
+  const auto totals = add_summed_gradients(bw);
   at::Tensor scratch[3];
   add_scratch(shape, bw.in, 3, scratch);
-  launch_selective_scan_backward(bw.params, bw.grads, shape, u.scalar_type(), scope.context());
+  launch_selective_scan_backward(bw.params, bw.grads, totals, shape, u.scalar_type(), scope.context());
   return host::finish_selective_scan_backward(bw);
 }
 

@@ -243,7 +243,6 @@ SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, co
   if (partials_over_checkpoints) {
     TORCH_INTERNAL_ASSERT(checkpoint_every == kSelectiveScanCheckpointEvery && channel_block >= 2 * checkpoint_every &&
                           (in.dim / in.groups) % channel_block == 0 && (in.B.dim() > 2 || in.C.dim() > 2));
-    bw.checkpoints = checkpoints;
     g.BC_partials_over_checkpoints = true;
   }
   auto partial_for = [&](const at::Tensor& P) {
@@ -258,40 +257,15 @@ SelectiveScanBackward prepare_selective_scan_backward(SelectiveScanInputs in, co
   return bw;
 }
 
-namespace {
-
-// The blocks' variable dB (is_C false) or dC sums that the kernel left over the checkpoints
-// (SelectiveScanGrads::BC_partials_over_checkpoints), added over the blocks in a fixed order:
-// (batch, G, N, L).
-at::Tensor sum_partials_over_checkpoints(const SelectiveScanBackward& bw, bool is_C) {
-  const auto& in = bw.in;
-  const int64_t K = kSelectiveScanCheckpointEvery, block = bw.grads.channel_block;
-  const int64_t chunks = bw.checkpoints.size(2), blocks = in.dim / in.groups / block;
-  // Channel 2 * step + is_C of a block holds the sums of its chunk's step.
-  const auto slots = bw.checkpoints.view({in.batch, in.groups, blocks, block, chunks, in.dstate})
-                         .narrow(3, 0, 2 * K)
-                         .view({in.batch, in.groups, blocks, K, 2, chunks, in.dstate})
-                         .select(4, is_C ? 1 : 0);                 // (batch, G, blocks, K, chunks, N)
-  return slots.sum(2)                                              // (batch, G, K, chunks, N)
-      .permute({0, 1, 4, 3, 2})                                    // (batch, G, N, chunks, K)
-      .reshape({in.batch, in.groups, in.dstate, chunks * K})
-      .narrow(3, 0, in.len);
-}
-
-}  // namespace
-
 SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw) {
   const auto& in = bw.in;
   // Each absent gradient is its own empty tensor: outputs of an op never alias each other.
   auto none = [&] { return at::empty({0}, in.u.options().dtype(in.compute)); };
-  // Partial sums are added in a fixed order: the gradients are the same on every run.
-  auto reduce_state_input = [&](const at::Tensor& partial, const at::Tensor& P, bool is_C) {
-    if (P.dim() > 2 && bw.grads.BC_partials_over_checkpoints) {
-      // Contiguous, as the other path's sum and the fake kernel's output are (a length that is
-      // not a multiple of the chunk leaves the view narrowed).
-      return sum_partials_over_checkpoints(bw, is_C).to(P.scalar_type()).contiguous();
-    }
-    return partial.sum(0).to(P.scalar_type());  // constant: (dim, N); variable: (batch, G, N, L)
+  // Partial sums are added in a fixed order (here, or on the CUDA device): the gradients are the
+  // same on every run.
+  TORCH_INTERNAL_ASSERT(!bw.grads.BC_partials_over_checkpoints || bw.dA.defined());
+  auto sum = [](const at::Tensor& total, const at::Tensor& partial) {
+    return total.defined() ? total : partial.sum(0);
   };
   at::Tensor dinitial = none();
   if (in.initial_state.defined()) {
@@ -307,12 +281,12 @@ SelectiveScanGradients finish_selective_scan_backward(SelectiveScanBackward& bw)
   }
   return {bw.du,
           bw.ddelta,
-          bw.dA_partial.sum(0),
-          reduce_state_input(bw.dB_partial, in.B, false),
-          reduce_state_input(bw.dC_partial, in.C, true),
-          in.D.defined() ? bw.dD_partial.sum(0) : none(),
+          sum(bw.dA, bw.dA_partial),
+          sum(bw.dB, bw.dB_partial).to(in.B.scalar_type()),  // constant: (dim, N); variable: (batch, G, N, L)
+          sum(bw.dC, bw.dC_partial).to(in.C.scalar_type()),
+          in.D.defined() ? sum(bw.dD, bw.dD_partial) : none(),
           in.z.defined() ? bw.dz : none(),
-          in.delta_bias.defined() ? bw.ddelta_bias_partial.sum(0) : none(),
+          in.delta_bias.defined() ? sum(bw.ddelta_bias, bw.ddelta_bias_partial) : none(),
           dinitial};
 }
 

@@ -52,7 +52,9 @@ struct SelectiveScanBackward {
   at::Tensor du, ddelta, dz, dinitial;
   at::Tensor dA_partial, dD_partial, ddelta_bias_partial, dB_partial, dC_partial;
   at::Tensor dlast;  // compute dtype, contiguous, or undefined
-  at::Tensor checkpoints;  // when the variable dB/dC partial sums go over them
+  // The gradients when the device adds the partial sums (SelectiveScanGradTotals; undefined:
+  // the partials are summed here).
+  at::Tensor dA, dB, dC, dD, ddelta_bias;
 };
 
 // `partials_over_checkpoints`: the kernel writes the variable dB/dC partial sums over the

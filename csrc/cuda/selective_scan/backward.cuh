@@ -18,8 +18,8 @@
 //      SelectiveScanGrads allows it).
 // A chunk inside one sequence (every chunk but the row's last, without packed sequences) runs
 // steps 2 and 3 without per-step sequence checks; the others check every step.
-// No floating-point atomics: every partial sum has one writer, and the host adds partials in
-// a fixed order, so gradients are bitwise reproducible.
+// No floating-point atomics: every partial sum has one writer, and a pass after the kernel
+// (backward_sums.cuh) adds the partials in a fixed order, so gradients are bitwise reproducible.
 // With time segments (common.cuh), the summary instance (kSummary) walks each segment back
 // from a zero gradient with only steps 1 and 3's state gradient, and writes the gradient
 // entering the segment's first step and the product of its gates; the full instance then

@@ -1,12 +1,14 @@
 // The parts of a selective-scan backward chunk (selective_scan/backward.cuh) that do not walk
 // time: the block's shared memory (BackwardChunk lays it out, BackwardShared names its arrays),
 // and the chunk's end: the input gradients of the thread's items (finish_items) and the block's
-// sums of variable dB and dC (store_BC_partials); and the order in which a whole chunk's steps
-// are unrolled (walk_whole_chunk).
+// sums of variable dB and dC (store_BC_partials; backward_sums.cuh adds them over the blocks,
+// reading them where its BCPartials says, which must agree with this store); and the order in
+// which a whole chunk's steps are unrolled (walk_whole_chunk).
 #pragma once
 
 #include <utility>
 
+#include "backward_sums.cuh"
 #include "common.cuh"
 
 namespace parprims::cuda {
@@ -165,7 +167,10 @@ __device__ __forceinline__ void finish_items(const BackwardShared<Acc>& sm, cons
 // consecutive states; else in the rows, whose steps are. One loop for both: a loop for
 // each made the N = 16 kernel 9 % longer (5160 instructions against 4744; one loop:
 // 4832) and fwd+bwd 2 % slower (1.50 against 1.47 ms at (8, 1536, 2048, 16), H200).
-// (Chunk c of batch row b, channels from d0; the tile's states from tile_n0, S of them.)
+// (Chunk c of batch row b, channels from d0; the tile's states from tile_n0, S of them.) The
+// sums' order is BCSumPlace's, which the pass after the kernel shares; the addresses are
+// computed here rather than through its BCPartials, which compiled this kernel to slower code
+// (see SelectiveScanGradTotals).
 // kS: S when known at compile time (the fixed instance's 16), else 0. Then the thread's sums are
 // whole rounds of the block, unrolled, and each round's place is the previous one's plus a
 // constant (no division and no 64-bit multiply a sum).
@@ -183,11 +188,9 @@ __device__ __forceinline__ void store_BC_partials(const BackwardShared<Acc>& sm,
   // layout the partials take.
   const int lane_extent = (kS > 0 && kS == K) ? K : over_checkpoints ? S : K;
   auto store_sum = [&](int f) {
-    const int inner = f % lane_extent, outer = f / lane_extent;
-    const bool is_C = over_checkpoints ? (outer & 1) : outer >= S;
-    const int state = over_checkpoints ? inner : outer - (is_C ? S : 0);
-    const int step = over_checkpoints ? outer >> 1 : inner;
-    if (step >= steps || !(is_C ? C_variable : B_variable) || tile_n0 + state >= p.dstate) return;
+    const BCSumPlace place(f, S, lane_extent, over_checkpoints);
+    if (!place.real(steps, B_variable, C_variable, tile_n0, p.dstate)) return;
+    const auto [is_C, state, step] = place;
     Acc sum = 0;
     for (int w = 0; w < kWarps; ++w) sum += sm.red[(w * 2 * S + (is_C ? S : 0) + state) * kPitch + step];
     Acc* to = over_checkpoints ? slots + (2 * step + is_C) * slot_stride + state

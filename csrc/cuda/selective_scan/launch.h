@@ -65,8 +65,9 @@ void add_time_segments(SelectiveScanShape& s, const SelectiveScanParams& p, int6
 // shape.state_tiles > 1.
 void launch_selective_scan_forward(const SelectiveScanParams& p, const SelectiveScanShape& shape,
                                    c10::ScalarType input_dtype, const LaunchContext& ctx);
+// The kernel, then the pass that adds its partial sums into `totals`.
 void launch_selective_scan_backward(const SelectiveScanParams& p, const SelectiveScanGrads& grads,
-                                    const SelectiveScanShape& shape, c10::ScalarType input_dtype,
-                                    const LaunchContext& ctx);
+                                    const SelectiveScanGradTotals& totals, const SelectiveScanShape& shape,
+                                    c10::ScalarType input_dtype, const LaunchContext& ctx);
 
 }  // namespace parprims::cuda
