@@ -7,7 +7,7 @@
 #   build   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 pip install --no-build-isolation --no-deps -e .
 #           (falls back to `python3 setup.py build_ext --inplace`)          -> $OUT/build.log
 #   tests   PARPRIMS_TEST_DEVICES=cuda pytest tests -m "$TEST_MARKERS" (default "not slow"), then
-#           test_selective_scan.py with 5 time segments forced (unless PYTEST_ARGS) -> $OUT/pytest_cuda.log
+#           test_selective_scan.py and test_selective_scan_ops.py with 5 time segments forced (unless PYTEST_ARGS) -> $OUT/pytest_cuda.log
 #   sanitizer  compute-sanitizer memcheck, then racecheck, over benchmarks/sanitizer_cases.py
 #           (small calls of every kernel family)                          -> $OUT/sanitizer.log
 #   selftest  the Triton baselines against a float64 reference (also with bench if SELFTEST=1;
@@ -133,8 +133,8 @@ if has_stage tests; then
   # never reach the summary and combine passes (about 50 s on an H100; appended to the log).
   tlim=$(limit "$TEST_TIMEOUT")
   if [ $rc -eq 0 ] && [ "$tlim" -gt 60 ] && [ -z "${PYTEST_ARGS:-}" ]; then
-    echo "---- test_selective_scan.py with PARPRIMS_TIME_SEGMENTS=5" >>"$OUT/pytest_cuda.log"
-    PARPRIMS_TIME_SEGMENTS=5 PARPRIMS_TEST_DEVICES=cuda timeout "$tlim" python3 -m pytest -q tests/test_selective_scan.py \
+    echo "---- test_selective_scan.py, test_selective_scan_ops.py with PARPRIMS_TIME_SEGMENTS=5" >>"$OUT/pytest_cuda.log"
+    PARPRIMS_TIME_SEGMENTS=5 PARPRIMS_TEST_DEVICES=cuda timeout "$tlim" python3 -m pytest -q tests/test_selective_scan.py tests/test_selective_scan_ops.py \
       -m "${TEST_MARKERS:-not slow}" -p no:cacheprovider -rfE $workers >>"$OUT/pytest_cuda.log" 2>&1
     rc=$?
     seg=$(grep -E "passed|failed|error|no tests ran" "$OUT/pytest_cuda.log" | tail -1)

@@ -153,7 +153,7 @@ def selectives(dev):
     selective(dev, 2, 3, 4096, 4, torch.float32, const=True)
     selective(dev, 1, 40, 2048, 16, torch.bfloat16, lengths=(100, 900, 0, 1048))
     # Packed rows cut at sequence starts: an empty segment between two cuts at one start, an empty
-    # last one in the forward, a start on a cut (tests/test_selective_scan.py says where).
+    # last one in the forward, a start on a cut (tests/selective_scan_common.py says where).
     selective(dev, 1, 4, 4096, 4, torch.float32, lengths=(900, 0, 1148, 2038, 10, 0))
     selective(dev, 1, 20, 4096, 16, torch.bfloat16, lengths=(900, 0, 1148, 2038, 10, 0))
     # Many channel blocks a group (16 and 6 at N = 16), the second one with time segments; with
