@@ -11,7 +11,8 @@ Shapes (batch, dim, L, N = 16): dense (8, 1536, 2048), packed (1, 1536, 16384) i
 of bench_selective_scan.py's packed row, rows2 (2, 1536, 16384), row1 (1, 2048, 65536). Inputs
 and calls are bench_selective_scan.py's (variable B and C, D, z, delta_bias, delta_softplus;
 fwd+bwd: the gradients of every input). Times are the mean of --calls calls after three warm-up
-calls; `other` is torch's kernels (the sums of the per-block partial gradients, A's included).
+calls; `bwd-sums` is the kernel after the backward that adds its partial sums (the gradients of
+A, B, C, D and delta_bias); `other` is torch's kernels (copies, casts).
 """
 import argparse
 import os
@@ -47,7 +48,9 @@ def call(x, backward):
 
 
 def pass_name(kernel):
-    """fwd-full, fwd-summary, bwd-full, bwd-summary, combine or other."""
+    """fwd-full, fwd-summary, bwd-full, bwd-summary, bwd-sums, combine or other."""
+    if "selective_scan_backward_sums_kernel" in kernel:
+        return "bwd-sums"
     m = re.search(r"selective_scan_(forward|backward)_kernel<[^,]+, [^,]+, (?:true|false), (true|false)", kernel)
     if m:
         return ("fwd" if m.group(1) == "forward" else "bwd") + ("-summary" if m.group(2) == "true" else "-full")
