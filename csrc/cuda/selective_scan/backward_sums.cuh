@@ -137,13 +137,13 @@ template <class Acc>
 __device__ __forceinline__ void add_task_partials(const SelectiveScanParams& p, const SelectiveScanGrads& gr,
                                                   const SelectiveScanGradTotals& to,
                                                   int64_t rows, int64_t d0, int64_t channels) {
-  // Entries [first, first + count) of (rows, width) partial sums, summed over the rows into `to`.
-  auto add_rows = [&](const void* partial, void* to, int64_t width, int64_t first, int64_t count) {
+  // Entries [first, first + count) of (rows, width) partial sums, summed over the rows into `total`.
+  auto add_rows = [&](const void* partial, void* total, int64_t width, int64_t first, int64_t count) {
     for (int64_t i = first + threadIdx.x; i < first + count; i += Policy::kThreads) {
       const Acc* from = static_cast<const Acc*>(partial) + i;
       Acc sum = 0;
       for (int64_t r = 0; r < rows; ++r) sum += from[r * width];
-      static_cast<Acc*>(to)[i] = sum;
+      static_cast<Acc*>(total)[i] = sum;
     }
   };
   const int64_t per_row = p.dim * p.dstate, first = d0 * p.dstate, count = channels * p.dstate;
