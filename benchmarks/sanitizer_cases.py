@@ -166,6 +166,11 @@ def selectives(dev):
     selective(dev, 2, 20, 1090, 16, torch.float32)  # N = 16, two steps an item, a partial block of channels
     selective(dev, 2, 20, 1091, 16, torch.float32)  # N = 16, one step an item (odd length)
     selective(dev, 2, 20, 1090, 16, torch.bfloat16, time_strided=True)  # one step an item, strided in time
+    # The warp-specialized forward (N = 16, no time segments): a partial last chunk and a partial
+    # block of channels, with one step an item (odd length; strided in time) and two.
+    selective(dev, 2, 40, 301, 16, torch.float32)
+    selective(dev, 2, 40, 300, 16, torch.bfloat16, time_strided=True)
+    selective(dev, 3, 40, 302, 16, torch.float16)
 
 
 def main():

@@ -51,6 +51,8 @@ def pass_name(kernel):
     """fwd-full, fwd-summary, bwd-full, bwd-summary, bwd-sums, combine or other."""
     if "selective_scan_backward_sums_kernel" in kernel:
         return "bwd-sums"
+    if "selective_scan_forward_specialized_kernel" in kernel:  # full passes only
+        return "fwd-full"
     m = re.search(r"selective_scan_(forward|backward)_kernel<[^,]+, [^,]+, (?:true|false), (true|false)", kernel)
     if m:
         return ("fwd" if m.group(1) == "forward" else "bwd") + ("-summary" if m.group(2) == "true" else "-full")

@@ -126,6 +126,46 @@ def test_empty_rows_backward_variable_B(device):
     _run_empty_rows(device, "var")
 
 
+_PLAIN_FORWARD = """
+import os, sys, torch, torch_parprims as pp
+args = torch.load(sys.argv[1])
+with torch.no_grad():
+    out, last = pp.selective_scan(**args)
+torch.save((out, last), sys.argv[2])
+torch.cuda.synchronize()
+print("ok", flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("s", [
+    SSSample(2, 40, 4 * EVERY + 6, 16, "var", D=True, z=True, delta_bias=True, softplus=True, init=True),
+    SSSample(3, 33, 2 * EVERY + 3, 16, "var", z=True, softplus=True, dtype=torch.bfloat16, view="transposed"),
+    SSSample(lengths=(5, 0, 70, 1, 2 * EVERY), bc="var", D=True, z=True, delta_bias=True, softplus=True,
+             init=True, dim=36, N=16, dtype=torch.float16),
+], ids=str)
+def test_specialized_forward_matches_plain_kernel(s, device, tmp_path):
+    """On CUDA, N = 16 with variable B and C runs the forward's full pass warp-specialized; the
+    plain kernel (PARPRIMS_NO_SPECIALIZED_FORWARD=1, in a subprocess) computes the same outputs."""
+    if not device.startswith("cuda"):
+        pytest.skip("a choice between CUDA kernels")
+    args = s.make(device)
+    with torch.no_grad():
+        out, last = run(args)
+    torch.save(args, tmp_path / "args.pt")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PARPRIMS_NO_SPECIALIZED_FORWARD="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, "-c", _PLAIN_FORWARD, str(tmp_path / "args.pt"), str(tmp_path / "plain.pt")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), (
+        f"exit status {res.returncode}; stderr: {res.stderr[-2000:]}")
+    plain_out, plain_last = torch.load(tmp_path / "plain.pt")
+    sout, slast = scales(args)
+    assert_close(out, plain_out, scale=sout, what="out")
+    assert_close(last, plain_last, scale=slast, rtol=1e-5, what="last_state")
+
+
 # ---- packed sequences and state passing ----------------------------------------------------------
 
 

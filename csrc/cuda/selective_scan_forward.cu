@@ -6,6 +6,7 @@
 
 #include "selective_scan/dispatch.cuh"
 #include "selective_scan/forward.cuh"
+#include "selective_scan/forward_specialized.cuh"
 #include "selective_scan/time_segments.cuh"
 
 namespace parprims::cuda {
@@ -120,6 +121,62 @@ auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape&
   return both ? forward_kernel<In, Acc, true, kSummary>() : forward_kernel<In, Acc, false, kSummary>();
 }
 
+// PARPRIMS_NO_SPECIALIZED_FORWARD=1 runs the plain forward where the warp-specialized one would
+// run (a diagnostic: what the specialization brings).
+bool specialized_forward_disabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("PARPRIMS_NO_SPECIALIZED_FORWARD");
+    return env != nullptr && env[0] == '1';
+  }();
+  return off;
+}
+
+// The warp-specialized forward (forward_specialized.cuh) takes the full pass of Mamba's instance
+// at N = 16 exactly, for rows that fill the GPU and for packed rows; the summary passes of time
+// segments stay with the plain kernel. Long rows without packed sequences keep the plain full
+// pass too: its 128-thread blocks fit 4 an SM where the specialized kernel's fit 3, so they
+// allow more segments, and the summary's time follows the segments' length (H100, (2, 1536,
+// 16384, 16) bfloat16: 0.704 ms plain at 5 segments, 0.722 specialized at 4; benchmarks/NOTES.md).
+template <class Acc>
+bool specialized_forward_fits(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return takes_mamba_instance<Acc>(p, s) && p.dstate == SpecializedForward::kTileStates &&
+         !specialized_forward_disabled();
+}
+
+template <class Acc>
+bool takes_specialized_forward(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return specialized_forward_fits<Acc>(p, s) && (s.segments == 1 || p.offsets != nullptr);
+}
+
+template <class In, class Acc>
+auto pick_specialized_forward_kernel(const SelectiveScanParams& p) {
+  return steps_in_pairs<In>(p) ? selective_scan_forward_specialized_kernel<In, Acc, 2>
+                               : selective_scan_forward_specialized_kernel<In, Acc, 1>;
+}
+
+// How many blocks of the warp-specialized forward the GPU runs at once.
+template <class In, class Acc>
+int64_t specialized_forward_resident_blocks(const LaunchContext& ctx) {
+  const auto kernel = selective_scan_forward_specialized_kernel<In, Acc, 2>;
+  const size_t smem = SpecializedForward::smem_bytes();
+  allow_shared_memory(kernel, smem);
+  int per_sm = 0;
+  C10_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, SpecializedForward::kBlockThreads, smem));
+  return int64_t{per_sm} * ctx.sm_count;
+}
+
+template <class In, class Acc>
+void launch_specialized_forward(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s,
+                                const SegmentPlan& plan) {
+  const auto kernel = pick_specialized_forward_kernel<In, Acc>(p);
+  const size_t smem = SpecializedForward::smem_bytes();
+  allow_shared_memory(kernel, smem);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(s.blocks, int64_t(1) << 24));
+  kernel<<<grid, SpecializedForward::kBlockThreads, smem, ctx.stream>>>(p, s, plan);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // The dynamic shared memory of the instance pick_forward_kernel takes (only the fixed instance
 // sums y in its step loop: ForwardChunk::smem_bytes).
 template <class In, class Acc>
@@ -133,8 +190,17 @@ SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c1
   visit_selective_scan_types(input_dtype, [&](auto in, auto acc) {
     using In = decltype(in);
     using Acc = decltype(acc);
-    const size_t smem = forward_smem_bytes<In, Acc>(p, s);
-    add_time_segments(s, p, resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), smem));
+    // Segments enough for one wave of the kernel that runs the full pass.
+    int64_t resident = 0;
+    if constexpr (sizeof(Acc) == 4) {
+      if (p.offsets != nullptr && specialized_forward_fits<Acc>(p, s)) {
+        resident = specialized_forward_resident_blocks<In, Acc>(ctx);
+      }
+    }
+    if (resident == 0) {
+      resident = resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), forward_smem_bytes<In, Acc>(p, s));
+    }
+    add_time_segments(s, p, resident);
   });
   return s;
 }
@@ -152,6 +218,9 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
           launch_blocks(ctx, pick_forward_kernel<In, Acc, true>(p, s), smem, s.blocks, p, s, plan);
         },
         [&](const SelectiveScanShape& s) {
+          if constexpr (sizeof(Acc) == 4) {
+            if (takes_specialized_forward<Acc>(p, s)) return launch_specialized_forward<In, Acc>(ctx, p, s, plan);
+          }
           launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s, plan);
         });
   });

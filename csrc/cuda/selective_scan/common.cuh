@@ -343,8 +343,9 @@ __device__ __forceinline__ Acc load_as(const void* base, int64_t at) {
 // a round (B and C with N <= 2), the items past it have column >= columns.
 struct ItemWalk {
   int row0, column0, row_step, column_step, rounds;
-  __device__ ItemWalk(int rows, int columns, bool columns_fastest) {
-    const int t = static_cast<int>(threadIdx.x);
+  // `t`: the thread's index among the Policy::kThreads threads that share the items (the
+  // block's, or one warp group's where warps are specialized).
+  __device__ ItemWalk(int rows, int columns, bool columns_fastest, int t = static_cast<int>(threadIdx.x)) {
     rounds = (rows * columns + Policy::kThreads - 1) / Policy::kThreads;
     if (columns_fastest) {
       row0 = t / columns, column0 = t % columns, row_step = Policy::kThreads / columns, column_step = 0;

@@ -21,7 +21,8 @@
 // With time segments (common.cuh), the summary instance (kSummary) walks each segment from
 // zero without y (it stages neither C nor the finish's operands), and writes the segment's end
 // state and the product of its gates; the full instance then starts each segment from the
-// combined carry.
+// combined carry. At N = 16 the full pass of rows that fill the GPU and of packed rows runs
+// warp-specialized instead (forward_specialized.cuh).
 #pragma once
 
 #include "channel_reduction.cuh"
