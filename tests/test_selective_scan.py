@@ -148,7 +148,7 @@ def test_specialized_forward_matches_plain_kernel(s, device, tmp_path):
     """On CUDA, N = 16 with variable B and C runs the forward's full pass warp-specialized; the
     plain kernel (PARPRIMS_NO_SPECIALIZED_FORWARD=1, in a subprocess) computes the same outputs."""
     if not device.startswith("cuda"):
-        pytest.skip("a choice between CUDA kernels")
+        pytest.skip("compares two CUDA kernels of the forward (the CPU has one; the reference tests cover it)")
     args = s.make(device)
     with torch.no_grad():
         out, last = run(args)

@@ -154,29 +154,6 @@ auto pick_specialized_forward_kernel(const SelectiveScanParams& p) {
                                : selective_scan_forward_specialized_kernel<In, Acc, 1>;
 }
 
-// How many blocks of the warp-specialized forward the GPU runs at once.
-template <class In, class Acc>
-int64_t specialized_forward_resident_blocks(const LaunchContext& ctx) {
-  const auto kernel = selective_scan_forward_specialized_kernel<In, Acc, 2>;
-  const size_t smem = SpecializedForward::smem_bytes();
-  allow_shared_memory(kernel, smem);
-  int per_sm = 0;
-  C10_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, SpecializedForward::kBlockThreads, smem));
-  return int64_t{per_sm} * ctx.sm_count;
-}
-
-template <class In, class Acc>
-void launch_specialized_forward(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s,
-                                const SegmentPlan& plan) {
-  const auto kernel = pick_specialized_forward_kernel<In, Acc>(p);
-  const size_t smem = SpecializedForward::smem_bytes();
-  allow_shared_memory(kernel, smem);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(s.blocks, int64_t(1) << 24));
-  kernel<<<grid, SpecializedForward::kBlockThreads, smem, ctx.stream>>>(p, s, plan);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 // The dynamic shared memory of the instance pick_forward_kernel takes (only the fixed instance
 // sums y in its step loop: ForwardChunk::smem_bytes).
 template <class In, class Acc>
@@ -194,7 +171,8 @@ SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c1
     int64_t resident = 0;
     if constexpr (sizeof(Acc) == 4) {
       if (p.offsets != nullptr && specialized_forward_fits<Acc>(p, s)) {
-        resident = specialized_forward_resident_blocks<In, Acc>(ctx);
+        resident = resident_blocks(ctx, pick_specialized_forward_kernel<In, Acc>(p), SpecializedForward::smem_bytes(),
+                                   SpecializedForward::kBlockThreads);
       }
     }
     if (resident == 0) {
@@ -219,7 +197,10 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
         },
         [&](const SelectiveScanShape& s) {
           if constexpr (sizeof(Acc) == 4) {
-            if (takes_specialized_forward<Acc>(p, s)) return launch_specialized_forward<In, Acc>(ctx, p, s, plan);
+            if (takes_specialized_forward<Acc>(p, s)) {
+              return launch_blocks_of(SpecializedForward::kBlockThreads, ctx, pick_specialized_forward_kernel<In, Acc>(p),
+                                      SpecializedForward::smem_bytes(), s.blocks, p, s, plan);
+            }
           }
           launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s, plan);
         });

@@ -76,21 +76,29 @@ inline bool steps_in_pairs(const SelectiveScanParams& p, const SelectiveScanGrad
   return steps_in_pairs<In>(p) && dout_pairs && grads_aligned;
 }
 
-// Launches `kernel` with `smem` bytes of dynamic shared memory, over a grid-stride 1-D grid.
+// Launches `kernel` in blocks of `threads` with `smem` bytes of dynamic shared memory, over a
+// grid-stride 1-D grid.
 template <class Kernel, class... Args>
-void launch_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
+void launch_blocks_of(int threads, const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks,
+                      const Args&... args) {
   allow_shared_memory(kernel, smem);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
-  kernel<<<grid, Policy::kThreads, smem, ctx.stream>>>(args...);
+  kernel<<<grid, threads, smem, ctx.stream>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// How many blocks of `kernel` the GPU runs at once.
+// The same in blocks of Policy::kThreads.
+template <class Kernel, class... Args>
+void launch_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
+  launch_blocks_of(Policy::kThreads, ctx, kernel, smem, blocks, args...);
+}
+
+// How many blocks of `kernel` (of `threads` threads) the GPU runs at once.
 template <class Kernel>
-int64_t resident_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem) {
+int64_t resident_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, int threads = Policy::kThreads) {
   allow_shared_memory(kernel, smem);
   int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Policy::kThreads, smem));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   return int64_t{per_sm} * ctx.sm_count;
 }
 

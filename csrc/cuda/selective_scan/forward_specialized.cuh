@@ -35,9 +35,9 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 }
 
 struct SpecializedForward {
-  static constexpr int kThreadsPerChannel = 4;  // N = 16 at four states a thread
-  static constexpr int kStates = 4;
-  static constexpr int kTileStates = kThreadsPerChannel * kStates;
+  static constexpr int kStates = Policy::kForwardStatesPerThread;
+  static constexpr int kTileStates = 16;  // N
+  static constexpr int kThreadsPerChannel = kTileStates / kStates;
   static constexpr int kChannels = Policy::kThreads / kThreadsPerChannel;
   static constexpr int kBlockThreads = 2 * Policy::kThreads;  // steppers, then stagers
   // Blocks an SM the kernel is compiled for (85 registers a thread), so that
