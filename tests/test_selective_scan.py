@@ -126,16 +126,33 @@ def test_empty_rows_backward_variable_B(device):
     _run_empty_rows(device, "var")
 
 
-_PLAIN_FORWARD = """
+_FORWARD_IN_SUBPROCESS = """
 import os, sys, torch, torch_parprims as pp
+from torch.profiler import ProfilerActivity, profile
 args = torch.load(sys.argv[1])
-with torch.no_grad():
+with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
     out, last = pp.selective_scan(**args)
-torch.save((out, last), sys.argv[2])
-torch.cuda.synchronize()
+    torch.cuda.synchronize()
+kernels = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+torch.save((out, last, kernels), sys.argv[2])
 print("ok", flush=True)
 os._exit(0)
 """
+
+
+def _forward_in_subprocess(args, tmp_path, name, **env):
+    """(out, last_state, names of the CUDA kernels it ran) of a no-grad forward of ``args`` in a
+    subprocess with ``env`` added to its environment (the library reads its PARPRIMS_* switches
+    once, when a process first needs them)."""
+    torch.save(args, tmp_path / "args.pt")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    result = tmp_path / f"{name}.pt"
+    res = subprocess.run([sys.executable, "-c", _FORWARD_IN_SUBPROCESS, str(tmp_path / "args.pt"), str(result)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), (
+        f"{name}: exit status {res.returncode}; stderr: {res.stderr[-2000:]}")
+    return torch.load(result)
 
 
 @pytest.mark.parametrize("s", [
@@ -152,18 +169,35 @@ def test_specialized_forward_matches_plain_kernel(s, device, tmp_path):
     args = s.make(device)
     with torch.no_grad():
         out, last = run(args)
-    torch.save(args, tmp_path / "args.pt")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PARPRIMS_NO_SPECIALIZED_FORWARD="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    res = subprocess.run([sys.executable, "-c", _PLAIN_FORWARD, str(tmp_path / "args.pt"), str(tmp_path / "plain.pt")],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), (
-        f"exit status {res.returncode}; stderr: {res.stderr[-2000:]}")
-    plain_out, plain_last = torch.load(tmp_path / "plain.pt")
+    plain_out, plain_last, _ = _forward_in_subprocess(args, tmp_path, "plain", PARPRIMS_NO_SPECIALIZED_FORWARD="1")
     sout, slast = scales(args)
     assert_close(out, plain_out, scale=sout, what="out")
     assert_close(last, plain_last, scale=slast, rtol=1e-5, what="last_state")
+
+
+@pytest.mark.parametrize("cuts", ("uniform", "starts"))
+def test_folded_carries_match_combine_pass(cuts, device, tmp_path):
+    """A packed row at N = 16 cut into time segments: the full pass that folds its carries beside
+    the summary pass gives, to the bit, what the full pass after a combine pass gives
+    (PARPRIMS_NO_FOLDED_CARRIES=1), with the row cut uniformly (carries folded across segments
+    inside one sequence) and at sequence starts; both match the reference."""
+    if not device.startswith("cuda"):
+        pytest.skip("compares two schedules of the CUDA forward")
+    s = SSSample(lengths=(700, 0, 1301, 5, 994, 1), bc="var", D=True, z=True, delta_bias=True, softplus=True,
+                 init=True, dim=40, N=16, dtype=torch.bfloat16)
+    args = s.make(device)
+    forced = dict(PARPRIMS_TIME_SEGMENTS="5", PARPRIMS_TIME_SEGMENT_CUTS=cuts)
+    *folded, folded_kernels = _forward_in_subprocess(args, tmp_path, "folded", **forced)
+    *combined, combined_kernels = _forward_in_subprocess(args, tmp_path, "combined", PARPRIMS_NO_FOLDED_CARRIES="1",
+                                                         **forced)
+    combine_passes = [any("combine_segments" in k for k in kernels) for kernels in (folded_kernels, combined_kernels)]
+    assert combine_passes == [False, True], (folded_kernels, combined_kernels)
+    for what, a, b in zip(("out", "last_state"), folded, combined):
+        assert torch.equal(a, b), f"{what}: the folded carries differ from the combine pass's"
+    rout, rlast = run_ref(args)
+    sout, slast = scales(args)
+    assert_close(folded[0], rout, scale=sout, what="out")
+    assert_close(folded[1], rlast, scale=slast, rtol=last_state_tol(s), what="last_state")
 
 
 # ---- packed sequences and state passing ----------------------------------------------------------

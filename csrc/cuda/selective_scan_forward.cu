@@ -33,11 +33,13 @@ namespace {
 // parallelism they add brings back.
 constexpr int64_t kMinSegmentLen = 512;
 
+bool env_is_one(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '1';
+}
+
 bool time_segments_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("PARPRIMS_NO_TIME_SEGMENTS");
-    return env != nullptr && env[0] == '1';
-  }();
+  static const bool off = env_is_one("PARPRIMS_NO_TIME_SEGMENTS");
   return off;
 }
 
@@ -64,16 +66,37 @@ int segment_cuts_asked() {
   return rule;
 }
 
+// PARPRIMS_NO_FOLDED_CARRIES=1 keeps the combine pass between the summary and the full pass of
+// packed rows (a diagnostic, and the baseline the folded carries are measured against).
+bool folded_carries_disabled() {
+  static const bool off = env_is_one("PARPRIMS_NO_FOLDED_CARRIES");
+  return off;
+}
+
+bool plans_time_segments(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return s.segments > 1 && p.offsets != nullptr && s.segments <= kMaxPlannedSegments;
+}
+
 // The plan of a packed row cut into time segments (time_segments.cuh), on the device, in the
-// call's workspace; an empty plan (uniform cuts) for other rows.
-SegmentPlan plan_time_segments(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s) {
-  if (s.segments < 2 || p.offsets == nullptr || s.segments > kMaxPlannedSegments) return {};
-  auto* bounds = static_cast<int64_t*>(ctx.workspace->allocate(static_cast<size_t>(s.segments + 1) * sizeof(int64_t)));
-  auto* tasks = static_cast<int64_t*>(ctx.workspace->allocate(static_cast<size_t>(s.blocks) * sizeof(int64_t)));
-  plan_time_segments_kernel<Policy::kForwardChunk>
-      <<<1, 128, 0, ctx.stream>>>(p, s, segment_cuts_asked(), ctx.sm_count, bounds, tasks);
+// call's workspace, with the flags and carries of folded carries when `folds`; an empty plan
+// (uniform cuts) for other rows.
+template <class Acc>
+SegmentPlan plan_time_segments(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s,
+                               bool folds) {
+  if (!plans_time_segments(p, s)) return {};
+  auto allocate = [&](int64_t count, size_t size) { return ctx.workspace->allocate(static_cast<size_t>(count) * size); };
+  SegmentPlan plan;
+  plan.bounds = static_cast<int64_t*>(allocate(s.segments + 1, sizeof(int64_t)));
+  plan.task_of_block = static_cast<int64_t*>(allocate(s.blocks, sizeof(int64_t)));
+  if (folds) {
+    plan.summary_done = static_cast<unsigned*>(allocate(s.blocks, sizeof(unsigned)));
+    plan.carries = allocate(s.segments * p.batch * p.dim * p.dstate, sizeof(Acc));
+  }
+  plan_time_segments_kernel<Policy::kForwardChunk><<<1, 128, 0, ctx.stream>>>(
+      p, s, segment_cuts_asked(), ctx.sm_count, const_cast<int64_t*>(plan.bounds),
+      const_cast<int64_t*>(plan.task_of_block), plan.summary_done);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {bounds, tasks};
+  return plan;
 }
 
 }  // namespace
@@ -124,10 +147,7 @@ auto pick_forward_kernel(const SelectiveScanParams& p, const SelectiveScanShape&
 // PARPRIMS_NO_SPECIALIZED_FORWARD=1 runs the plain forward where the warp-specialized one would
 // run (a diagnostic: what the specialization brings).
 bool specialized_forward_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("PARPRIMS_NO_SPECIALIZED_FORWARD");
-    return env != nullptr && env[0] == '1';
-  }();
+  static const bool off = env_is_one("PARPRIMS_NO_SPECIALIZED_FORWARD");
   return off;
 }
 
@@ -148,10 +168,25 @@ bool takes_specialized_forward(const SelectiveScanParams& p, const SelectiveScan
   return specialized_forward_fits<Acc>(p, s) && (s.segments == 1 || p.offsets != nullptr);
 }
 
-template <class In, class Acc>
+// Whether the specialized full pass folds the carries of a packed row's segments beside the
+// summary pass (time_segments.cuh) instead of after a combine pass: the combine pass and the
+// summary's wave came to about a quarter of the packed row's forward (H100, bfloat16, 8
+// sequences of 32 to 2350 tokens at dim 1536: plan 6 us, summary 52 us, combine 5 us, full pass
+// 217 us), and with them out of the way the row may take more, shorter segments.
+template <class Acc>
+bool folds_carries(const SelectiveScanParams& p, const SelectiveScanShape& s) {
+  return takes_specialized_forward<Acc>(p, s) && plans_time_segments(p, s) && !folded_carries_disabled();
+}
+
+// With folded carries, a packed row that is cut at all takes this many times the segments of one
+// wave: the summaries no longer come before the full pass, so shorter segments shorten the
+// longest chain of a segment after the summary it waits for.
+constexpr int64_t kFoldedSegmentsPerWave = 2;
+
+template <class In, class Acc, bool kFolds = false>
 auto pick_specialized_forward_kernel(const SelectiveScanParams& p) {
-  return steps_in_pairs<In>(p) ? selective_scan_forward_specialized_kernel<In, Acc, 2>
-                               : selective_scan_forward_specialized_kernel<In, Acc, 1>;
+  return steps_in_pairs<In>(p) ? selective_scan_forward_specialized_kernel<In, Acc, 2, kFolds>
+                               : selective_scan_forward_specialized_kernel<In, Acc, 1, kFolds>;
 }
 
 // The dynamic shared memory of the instance pick_forward_kernel takes (only the fixed instance
@@ -179,6 +214,11 @@ SelectiveScanShape selective_scan_forward_shape(const SelectiveScanParams& p, c1
       resident = resident_blocks(ctx, forward_kernel<In, Acc, false, false>(), forward_smem_bytes<In, Acc>(p, s));
     }
     add_time_segments(s, p, resident);
+    if (s.segments > 1 && folds_carries<Acc>(p, s) && time_segments_asked() == 0) {
+      SelectiveScanShape more = selective_scan_channel_shape(p, Policy::kForwardStatesPerThread);
+      add_time_segments(more, p, kFoldedSegmentsPerWave * resident);
+      if (folds_carries<Acc>(p, more)) s = more;  // (not past the plan's most segments)
+    }
   });
   return s;
 }
@@ -189,7 +229,8 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
     using In = decltype(in);
     using Acc = decltype(acc);
     const size_t smem = forward_smem_bytes<In, Acc>(p, shape);
-    const SegmentPlan plan = plan_time_segments(ctx, p, shape);
+    const bool folds = folds_carries<Acc>(p, shape);
+    const SegmentPlan plan = plan_time_segments<Acc>(ctx, p, shape, folds);
     run_time_segments<Acc>(
         ctx, shape, p, /*reverse=*/false,
         [&](const SelectiveScanShape& s) {
@@ -197,13 +238,19 @@ void launch_selective_scan_forward(const SelectiveScanParams& p, const Selective
         },
         [&](const SelectiveScanShape& s) {
           if constexpr (sizeof(Acc) == 4) {
+            if (folds) {
+              return launch_blocks_after(SpecializedForward::kBlockThreads, ctx,
+                                         pick_specialized_forward_kernel<In, Acc, true>(p),
+                                         SpecializedForward::smem_bytes(), s.blocks, p, s, plan);
+            }
             if (takes_specialized_forward<Acc>(p, s)) {
               return launch_blocks_of(SpecializedForward::kBlockThreads, ctx, pick_specialized_forward_kernel<In, Acc>(p),
                                       SpecializedForward::smem_bytes(), s.blocks, p, s, plan);
             }
           }
           launch_blocks(ctx, pick_forward_kernel<In, Acc, false>(p, s), smem, s.blocks, p, s, plan);
-        });
+        },
+        folds ? CarryJoin::kFullPass : CarryJoin::kCombinePass);
   });
 }
 

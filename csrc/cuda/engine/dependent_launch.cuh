@@ -33,16 +33,18 @@ __device__ __forceinline__ void wait_for_prerequisite_grid() {
 }
 
 // Launches `kernel` as a programmatic dependent of the kernel before it in the stream where the
-// device has it (sm_90 and later), plainly elsewhere. Captured into CUDA graphs as such.
+// device has it (sm_90 and later), plainly elsewhere, with `smem` bytes of dynamic shared
+// memory. Captured into CUDA graphs as such.
 template <class... Params, class... Args>
-void launch_after(void (*kernel)(Params...), unsigned blocks, unsigned threads, const LaunchContext& ctx,
-                  Args&&... args) {
+void launch_after_with_smem(void (*kernel)(Params...), unsigned blocks, unsigned threads, size_t smem,
+                            const LaunchContext& ctx, Args&&... args) {
   int device = 0, major = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
   config.stream = ctx.stream;
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -50,6 +52,13 @@ void launch_after(void (*kernel)(Params...), unsigned blocks, unsigned threads, 
   config.attrs = &attribute;
   config.numAttrs = major >= 9 ? 1 : 0;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// The same without dynamic shared memory.
+template <class... Params, class... Args>
+void launch_after(void (*kernel)(Params...), unsigned blocks, unsigned threads, const LaunchContext& ctx,
+                  Args&&... args) {
+  launch_after_with_smem(kernel, blocks, threads, 0, ctx, std::forward<Args>(args)...);
 }
 
 }  // namespace parprims::cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../engine/dependent_launch.cuh"
 #include "common.cuh"
 #include "launch.h"
 
@@ -87,6 +88,15 @@ void launch_blocks_of(int threads, const LaunchContext& ctx, Kernel kernel, size
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The same as a programmatic dependent of the kernel before it (engine/dependent_launch.cuh).
+template <class Kernel, class... Args>
+void launch_blocks_after(int threads, const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks,
+                         const Args&... args) {
+  allow_shared_memory(kernel, smem);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
+  launch_after_with_smem(kernel, grid, static_cast<unsigned>(threads), smem, ctx, args...);
+}
+
 // The same in blocks of Policy::kThreads.
 template <class Kernel, class... Args>
 void launch_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks, const Args&... args) {
@@ -102,11 +112,17 @@ int64_t resident_blocks(const LaunchContext& ctx, Kernel kernel, size_t smem, in
   return int64_t{per_sm} * ctx.sm_count;
 }
 
-// With time segments (s.segments > 1): runs `summary`, the combine pass over its results, then
-// `full`; otherwise `full` alone. The segments' buffers live for the call (stream-ordered).
+// How the full pass of time segments gets the carries from the summaries: from a combine pass
+// between the two, or folded by the full pass itself (the forward's packed rows at N = 16,
+// time_segments.cuh).
+enum class CarryJoin { kCombinePass, kFullPass };
+
+// With time segments (s.segments > 1): runs `summary`, the combine pass over its results unless
+// the full pass folds them, then `full`; otherwise `full` alone. The segments' buffers live for
+// the call (stream-ordered).
 template <class Acc, class Summary, class Full>
 void run_time_segments(const LaunchContext& ctx, SelectiveScanShape s, const SelectiveScanParams& p, bool reverse,
-                       Summary&& summary, Full&& full) {
+                       Summary&& summary, Full&& full, CarryJoin join = CarryJoin::kCombinePass) {
   if (s.segments > 1) {
     const int64_t per_segment = p.batch * p.dim * p.dstate;
     const size_t bytes = static_cast<size_t>(s.segments * per_segment) * sizeof(Acc);
@@ -116,6 +132,7 @@ void run_time_segments(const LaunchContext& ctx, SelectiveScanShape s, const Sel
     walked_first.blocks = s.channel_blocks * (s.segments - 1);
     walked_first.first_block = reverse ? s.channel_blocks : 0;
     summary(walked_first);
+    if (join == CarryJoin::kFullPass) return full(s);
     const int threads = 256;
     const auto grid = static_cast<unsigned>(std::min<int64_t>((per_segment + threads - 1) / threads, 1 << 20));
     combine_segments_kernel<Acc><<<grid, threads, 0, ctx.stream>>>(

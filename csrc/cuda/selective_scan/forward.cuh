@@ -22,9 +22,11 @@
 // zero without y (it stages neither C nor the finish's operands), and writes the segment's end
 // state and the product of its gates; the full instance then starts each segment from the
 // combined carry. At N = 16 the full pass of rows that fill the GPU and of packed rows runs
-// warp-specialized instead (forward_specialized.cuh).
+// warp-specialized instead (forward_specialized.cuh); in a packed row it then folds the carries
+// itself, beside the summary (time_segments.cuh), and the summary flags each task it stored.
 #pragma once
 
+#include "../engine/dependent_launch.cuh"
 #include "channel_reduction.cuh"
 #include "common.cuh"
 #include "time_segments.cuh"
@@ -139,6 +141,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
   // unconverted (RawSteps).
   using Raw = RawSteps<In, kSteps>;
   Raw next_u[R], next_delta[R], next_z[R], next_B[R], next_C[R];
+  // A full pass that folds carries (time_segments.cuh) may start beside the summary.
+  if constexpr (kSummary) allow_dependent_launch();
 
   for (int64_t block = blockIdx.x; block < s.blocks; block += gridDim.x) {
     const ThreadPlace me = place_of_block(p, s, plan, block, kSummary);
@@ -438,6 +442,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kForwardMinBlocksPer
 #pragma unroll
         for (int j = 0; j < S; ++j) decay[j] = restarted ? Acc(0) : Gate<Acc>::exp_scaled(delta_sum * A2[j]);
         store_segment_summary(p, s, me, n0, has_state, h, decay);
+        if (plan.summary_done != nullptr && last_tile) signal_summary_done(plan.summary_done + summary_task(p, s, me));
       } else if (t_end < p.len) {
         // A segment before the last: the sequences that end at its end (empty ones
         // included); the next segment starts with the sequence after them.

@@ -78,9 +78,11 @@ struct SpecializedForward {
 // as the plain forward's fixed instance does in its step stage: packed sequences restart the
 // walk (an interval holding a sequence start takes it step by step), and the sequences that end
 // in the segment save their last state.
+// `carries`: the state entering each segment, (segments, batch, dim, N) (the combine pass's, or
+// the folded ones).
 template <class Acc>
-__device__ __forceinline__ void step_chunks(const SelectiveScanParams& p, const SelectiveScanShape& s,
-                                            const ThreadPlace& me, unsigned char* smem) {
+__device__ __forceinline__ void step_chunks(const SelectiveScanParams& p, const ThreadPlace& me, const Acc* carries,
+                                            unsigned char* smem) {
   using F = SpecializedForward;
   constexpr int S = F::kStates, K = F::K, kSub = F::kSub, kPitch = F::kPitch, kT = F::kThreadsPerChannel;
   const int state0 = me.quad * S;
@@ -109,11 +111,9 @@ __device__ __forceinline__ void step_chunks(const SelectiveScanParams& p, const 
   int64_t seq_end = sequence_end(p, seq);
   if (me.t_begin == 0 || (p.offsets && p.seq_offset(seq) == me.t_begin)) {
     load_initial(seq);
-  } else {  // from the carry of the time segments' combine pass
+  } else {  // from the segment's carry
 #pragma unroll
-    for (int j = 0; j < S; ++j) {
-      h[j] = has_state[j] ? static_cast<const Acc*>(s.segment_state)[me.segment_at(p, n0 + j)] : Acc(0);
-    }
+    for (int j = 0; j < S; ++j) h[j] = has_state[j] ? carries[me.segment_at(p, n0 + j)] : Acc(0);
   }
   Acc* const checkpoint_row =
       p.checkpoints ? static_cast<Acc*>(p.checkpoints) + (me.b * p.dim + me.d) * p.checkpoint_chunks * p.dstate + n0
@@ -316,8 +316,10 @@ __device__ __forceinline__ void stage_and_finish_chunks(const SelectiveScanParam
 // kStepsPerItem as in the plain forward (two steps an item where steps_in_pairs allows).
 // Launched with SpecializedForward::kBlockThreads threads and smem_bytes() of shared memory,
 // for N = 16 (one tile of 4 x 4 states): the full pass of every row, packed or not, in time
-// segments or not.
-template <class In, class Acc, int kStepsPerItem>
+// segments or not. kFoldsCarries: the instance for a planned packed row whose carries it folds
+// (plan.summary_done; launched beside the summary pass): its own instance, because the fold
+// inlined into the others added spills to the float32 step loop.
+template <class In, class Acc, int kStepsPerItem, bool kFoldsCarries = false>
 __global__ void __launch_bounds__(SpecializedForward::kBlockThreads, SpecializedForward::kMinBlocksPerSM)
     selective_scan_forward_specialized_kernel(const SelectiveScanParams p, const SelectiveScanShape s,
                                               const SegmentPlan plan) {
@@ -328,13 +330,19 @@ __global__ void __launch_bounds__(SpecializedForward::kBlockThreads, Specialized
     __syncthreads();  // the previous block's chunks are finished: its buffers and constants are free
     const ThreadPlace me = place_of_block(p, s, plan, block, /*summary=*/false);
     if (me.t_begin == me.t_end) continue;
+    if constexpr (kFoldsCarries) {
+      fold_planned_carries<Acc, SpecializedForward::kChannels, SpecializedForward::kTileStates>(p, s, plan, me);
+    }
     if (stepper) {
-      step_chunks<Acc>(p, s, me, smem_raw);
+      step_chunks<Acc>(p, me, static_cast<const Acc*>(kFoldsCarries ? plan.carries : s.segment_state), smem_raw);
     } else {
       stage_and_finish_chunks<In, Acc, kStepsPerItem>(p, s, me, smem_raw,
                                                       static_cast<int>(threadIdx.x) - Policy::kThreads);
     }
   }
+  // The summary pass ends before this grid does: a later kernel of the stream, which waits for
+  // this grid alone, finds the summary's work done too.
+  if constexpr (kFoldsCarries) wait_for_prerequisite_grid();
 }
 
 }  // namespace parprims::cuda
