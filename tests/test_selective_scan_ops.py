@@ -199,6 +199,33 @@ def test_backward_is_deterministic(bc, device):
         assert torch.equal(a, b), f"grad {name} differs between two runs"
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+def test_packed_forward_replays_in_a_cuda_graph(dtype, device):
+    """A packed row cut into time segments (its plan, the summaries' flags and the carries folded
+    beside them all on the device) captures in a CUDA graph; every replay, on new inputs copied
+    into the captured ones, gives the eager call's outputs to the bit (the flags are zeroed again
+    each replay, so no replay reads a summary of the one before)."""
+    if not device.startswith("cuda"):
+        pytest.skip("CUDA graphs need a CUDA device")
+    s = SSSample(lengths=(700, 0, 1301, 5, 994, 1), bc="var", D=True, z=True, delta_bias=True, softplus=True,
+                 init=True, dim=40, N=16, dtype=dtype)
+    args = s.make(device)
+    with torch.no_grad():
+        run(args)  # warm-up: allocations and lazy initialization outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out, last = run(args)
+        for _ in range(2):
+            fresh = s.make(device)
+            for name, x in args.items():
+                if isinstance(x, torch.Tensor) and x.is_floating_point():
+                    x.copy_(fresh[name])
+            graph.replay()
+            want_out, want_last = run(args)
+            assert torch.equal(out, want_out) and torch.equal(last, want_last)
+
+
 # ---- selective_scan_fn ---------------------------------------------------------------------------
 
 
