@@ -84,7 +84,9 @@ template <class Acc>
 SegmentPlan plan_time_segments(const LaunchContext& ctx, const SelectiveScanParams& p, const SelectiveScanShape& s,
                                bool folds) {
   if (!plans_time_segments(p, s)) return {};
-  auto allocate = [&](int64_t count, size_t size) { return ctx.workspace->allocate(static_cast<size_t>(count) * size); };
+  auto allocate = [&](int64_t count, size_t size) {
+    return ctx.workspace->allocate(static_cast<size_t>(count) * size);
+  };
   SegmentPlan plan;
   plan.bounds = static_cast<int64_t*>(allocate(s.segments + 1, sizeof(int64_t)));
   plan.task_of_block = static_cast<int64_t*>(allocate(s.blocks, sizeof(int64_t)));

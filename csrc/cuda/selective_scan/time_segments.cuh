@@ -92,10 +92,10 @@ constexpr int kMaxPlannedSegments = 1024;
 // spread over kBlocksAtFullPace blocks an SM, plus its summary pass, its longest summary walk at
 // kSummaryStepCost (the summary's blocks run in one wave, and it lasts as long as its longest
 // walk). With folded carries the two passes run together: the longer of the longest chain (a
-// segment after the summary walk its carry waits for, the one of the segment before it: the
-// walks of one sequence run side by side, and the last is the longest) and the steps of both
-// passes spread over the SMs; the plan then also zeroes the summaries' flags. Cuts at starts spare the summaries their walks;
-// uniform cuts keep the segments equal. Segments of unequal lengths load the SMs unequally, and
+// segment plus the walk of the summary just before it, which its carry waits for: the walks of
+// one sequence's segments run side by side, and that one is the longest) and the steps of both
+// passes spread over the SMs; the plan then also zeroes the summaries' flags. Cuts at starts
+// spare the summaries their walks; uniform cuts keep the segments equal. Segments of unequal lengths load the SMs unequally, and
 // a full pass runs at the pace of its most loaded SM: `task_of_block` orders the full pass's
 // blocks (the tasks of ThreadPlace, segment-major) so that the blocks given out to the SMs
 // first, one an SM in launch order, hold the longest segments, and the next ones, in reverse,
@@ -110,7 +110,9 @@ __global__ void plan_time_segments_kernel(const SelectiveScanParams p, const Sel
   __shared__ unsigned long long longest[2], longest_walk[2], longest_chain[2], walked[2];
   __shared__ int chosen;
   const SegmentCuts rules[2] = {SegmentCuts::kUniform, SegmentCuts::kAtSequenceStarts};
-  if (threadIdx.x < 2) longest[threadIdx.x] = longest_walk[threadIdx.x] = longest_chain[threadIdx.x] = walked[threadIdx.x] = 0;
+  if (threadIdx.x < 2) {
+    longest[threadIdx.x] = longest_walk[threadIdx.x] = longest_chain[threadIdx.x] = walked[threadIdx.x] = 0;
+  }
   for (int64_t i = threadIdx.x; i <= s.segments; i += blockDim.x) {
     cut[0][i] = segment_bound(p, s, i, rules[0]);
     cut[1][i] = segment_bound(p, s, i, rules[1]);
@@ -243,10 +245,11 @@ __device__ __forceinline__ int64_t planned_segment_of(const SelectiveScanShape& 
   return lo;
 }
 
-// In a full-pass block of `states` states a channel (the whole block): the carries entering the
-// block's segment, into plan.carries at the block's (segment, channel, state) places, where the
-// segment starts inside a sequence (a segment that starts the row or a sequence reads none).
-// Ends with the block's barrier: the carries are then visible to all its threads.
+// Called by every thread of a full-pass block of kChannels channels of kStates states: the
+// carries entering the block's segment, into plan.carries at its (segment, channel, state)
+// places, where the segment starts inside a sequence (one that starts the row or a sequence
+// reads none, and returns at once). Ends with the block's barrier: the carries are then visible
+// to all its threads.
 template <class Acc, int kChannels, int kStates>
 __device__ void fold_planned_carries(const SelectiveScanParams& p, const SelectiveScanShape& s, const SegmentPlan& plan,
                                      const ThreadPlace& me) {
