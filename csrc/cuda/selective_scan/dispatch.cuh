@@ -77,14 +77,18 @@ inline bool steps_in_pairs(const SelectiveScanParams& p, const SelectiveScanGrad
   return steps_in_pairs<In>(p) && dout_pairs && grads_aligned;
 }
 
+// The 1-D grid of a launch of `blocks` tasks: the kernels walk their tasks grid-stride.
+inline unsigned task_grid(int64_t blocks) {
+  return static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
+}
+
 // Launches `kernel` in blocks of `threads` with `smem` bytes of dynamic shared memory, over a
 // grid-stride 1-D grid.
 template <class Kernel, class... Args>
 void launch_blocks_of(int threads, const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks,
                       const Args&... args) {
   allow_shared_memory(kernel, smem);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
-  kernel<<<grid, threads, smem, ctx.stream>>>(args...);
+  kernel<<<task_grid(blocks), threads, smem, ctx.stream>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -93,8 +97,7 @@ template <class Kernel, class... Args>
 void launch_blocks_after(int threads, const LaunchContext& ctx, Kernel kernel, size_t smem, int64_t blocks,
                          const Args&... args) {
   allow_shared_memory(kernel, smem);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 24));
-  launch_after_with_smem(kernel, grid, static_cast<unsigned>(threads), smem, ctx, args...);
+  launch_after_with_smem(kernel, task_grid(blocks), static_cast<unsigned>(threads), smem, ctx, args...);
 }
 
 // The same in blocks of Policy::kThreads.
